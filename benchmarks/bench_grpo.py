@@ -1,0 +1,109 @@
+"""Tokens/s of one GRPO iteration (generation + update), with its generation/update split.
+
+    python benchmarks/bench_grpo.py           # 4 layers x 128, vocab 384, G=8, 8 prompts, 64 tokens
+    python benchmarks/bench_grpo.py --layers 8 --d-model 256 --group-size 16 --prompts 4
+    python benchmarks/bench_grpo.py --smoke              # seconds (run by the tests)
+
+The model is freshly initialised, so completions run to (close to) the full length, as in the
+reference runs. Reference figures for the default sizes, measured on the same kind of 2-core
+machine (issue #2): TRL's GRPOTrainer (PyTorch, CPU) ~12.7 s/step, ~300 completion tokens/s;
+Google tunix (JAX, GRPOLearner + vanilla KV-cache sampler) ~1.4 s/step, ~2,500 completion tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.envs.text import make_task
+from jaxrl_suite.envs.text.tokenizer import load_tokenizer
+from jaxrl_suite.models import CausalLM, LMConfig
+
+REFERENCES = {  # seconds per step and completion tokens/s at the default sizes
+    "tunix": (1.4, 2500.0),
+    "trl": (12.7, 300.0),
+}
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--d-ff", type=int, default=None, help="SwiGLU width (default 4 x d_model)")
+    p.add_argument("--vocab", type=int, default=384)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    p.add_argument("--new-tokens", type=int, default=64, help="completion length")
+    p.add_argument("--mu", type=int, default=1, help="inner updates per step")
+    p.add_argument("--beta", type=float, default=0.0, help="KL weight (>0 adds a reference pass)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps (after 2 warm-up steps)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
+    p.add_argument("--out", type=Path, default=Path("results/bench_grpo.json"))
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.layers, a.d_model, a.heads, a.group_size, a.prompts, a.new_tokens, a.steps = (
+            1, 32, 2, 2, 2, 8, 1)
+
+    cfg = LMConfig(
+        vocab_size=a.vocab, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
+        n_kv_heads=a.kv_heads or a.heads, d_ff=a.d_ff or 4 * a.d_model,
+    )
+    tokenizer = load_tokenizer()
+    task = make_task("arithmetic", digits=3)
+    model = CausalLM(cfg)
+    prompt_len = 16
+    params = model.init(jax.random.PRNGKey(0), np.zeros((1, prompt_len), np.int32))
+    grpo_cfg = GRPOConfig(prompts_per_step=a.prompts, group_size=a.group_size,
+                          max_new_tokens=a.new_tokens, mu=a.mu, beta=a.beta)
+    trainer = GRPOTrainer(model, tokenizer, task, grpo_cfg, mesh=make_mesh(),
+                          prompt_len=prompt_len, ref_params=params)
+    state = trainer.init_state(params, jax.random.PRNGKey(1))
+    rows = []
+    for i in range(2 + a.steps):
+        t0 = time.perf_counter()
+        state, m = trainer.step(state, trainer.batch(i * a.prompts))
+        dt = time.perf_counter() - t0
+        if i >= 2:  # the first two steps compile
+            tokens = m["length"] * a.prompts * a.group_size
+            rows.append((dt, m["gen_time"], m["update_time"], tokens))
+    step_s = statistics.median(r[0] for r in rows)
+    gen_s = statistics.median(r[1] for r in rows)
+    upd_s = statistics.median(r[2] for r in rows)
+    tokens = statistics.median(r[3] for r in rows)
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    result = {
+        "sizes": {"layers": a.layers, "d_model": a.d_model, "heads": a.heads, "d_ff": cfg.d_ff,
+                  "vocab": a.vocab, "params": int(n_params), "group_size": a.group_size,
+                  "prompts": a.prompts, "new_tokens": a.new_tokens, "mu": a.mu},
+        "step_s": step_s, "generation_s": gen_s, "update_s": upd_s,
+        "completion_tokens_per_step": tokens, "completion_tokens_per_s": tokens / step_s,
+        "devices": jax.device_count(), "backend": jax.default_backend(),
+    }
+    print(f"GRPO step ({n_params / 1e6:.2f}M params, {a.prompts} prompts x G={a.group_size}, "
+          f"{a.new_tokens} new tokens, {jax.default_backend()} x{jax.device_count()})")
+    print(f"  step {step_s:.3f} s = generation {gen_s:.3f} s ({gen_s / step_s:.0%}) "
+          f"+ update {upd_s:.3f} s ({upd_s / step_s:.0%})")
+    print(f"  completion tokens/s {tokens / step_s:,.0f} ({tokens:.0f} tokens per step)")
+    if not a.smoke:
+        for name, (ref_step, ref_tps) in REFERENCES.items():
+            speedup = ref_step / step_s
+            result[f"speedup_vs_{name}"] = speedup
+            print(f"  vs {name:5s}: {speedup:.2f}x per step, {tokens / step_s / ref_tps:.2f}x "
+                  f"tokens/s (reference {ref_step} s/step, {ref_tps:,.0f} tokens/s)")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""SFT warm-up and GRPO for a causal LM on a verifiable text task.
+
+Both stages share one sequence layout and one generic train step (`core.train.make_train_step`):
+
+    [ prompt, left-padded to P | completion, right-padded to N ]      tokens  [B, P+N]
+
+so the logits that predict completion token j sit at position P-1+j. The heavy parts (generation,
+log-probs, the update) are jitted once for their fixed shapes; rewards are Python callables on
+decoded text and run on the host between the jitted calls.
+
+GRPO step (DeepSeekMath, arXiv 2402.03300):
+  1. G completions per prompt from the KV-cache sampler, which also returns their log-probs; those
+     are the old log-probs of the ratio (nothing is recomputed for them);
+  2. rewards from the task's verifier, then group-normalised advantages;
+  3. reference log-probs from the frozen reference params (only when beta > 0);
+  4. mu inner updates of `grpo_loss` against the stored old log-probs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_suite.core.parallel import replicate, shard_batch
+from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
+from jaxrl_suite.envs.text import Example, Task
+from jaxrl_suite.envs.text.tokenizer import Tokenizer
+from jaxrl_suite.losses import (
+    group_advantages,
+    grpo_loss,
+    masked_mean,
+    token_entropy,
+    token_logprobs,
+)
+from jaxrl_suite.losses.sft import sft_loss
+from jaxrl_suite.models import CausalLM
+from jaxrl_suite.sampling import make_generate
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 300  # teacher-forcing updates on task solutions
+    batch_size: int = 64  # examples per update
+    lr: float = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10%)
+    warmup_steps: int = 20  # linear warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    max_grad_norm: float = 1.0  # global-norm gradient clipping
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    steps: int = 100  # GRPO iterations (one batch of prompts each)
+    prompts_per_step: int = 16  # B: distinct prompts per iteration
+    group_size: int = 8  # G: completions per prompt
+    max_new_tokens: int = 24  # N: completion budget (EOS ends a completion earlier)
+    temperature: float = 1.0  # sampling temperature (log-probs are taken at the same temperature)
+    top_k: int = 0  # sample from the k most likely tokens (0 = off)
+    top_p: float = 1.0  # nucleus sampling mass (1.0 = off)
+    lr: float = 1e-4  # AdamW learning rate (constant after warm-up)
+    warmup_steps: int = 0  # linear warm-up steps
+    max_grad_norm: float = 1.0  # global-norm gradient clipping
+    mu: int = 1  # inner updates per batch, against the stored old log-probs
+    clip_eps: float = 0.2  # ratio clip range below 1
+    clip_eps_high: float | None = None  # clip range above 1 (DAPO clip-higher); None = clip_eps
+    beta: float = 0.0  # weight of the k3 KL to the frozen reference (the SFT model)
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"  # token aggregation
+    adv_scale: Literal["group", "batch", "none"] = "group"  # advantage std normalisation
+    adv_eps: float = 1e-4  # added to the std in advantage normalisation
+    format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
+
+
+class SeqBatch(NamedTuple):
+    """Prompt/completion arrays in the shared layout (leading axis = rows, sharded over "data")."""
+
+    prompt: jax.Array  # [B, P] int32, left-padded
+    prompt_mask: jax.Array  # [B, P] bool
+    completion: jax.Array  # [B, N] int32, right-padded
+    completion_mask: jax.Array  # [B, N] float32 (1 up to and including EOS)
+
+
+class GRPOBatch(NamedTuple):
+    seq: SeqBatch
+    old_logp: jax.Array  # [B*G, N] sampler log-probs
+    ref_logp: jax.Array | None  # [B*G, N] reference log-probs (None when beta == 0)
+    advantages: jax.Array  # [B*G]
+
+
+def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
+    """Logits that predict each completion token: [B, N, V]."""
+    tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)[:, :-1]  # [B, P+N-1]
+    key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)[:, :-1]
+    positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
+    logits, _ = model.apply(params, tokens, positions=positions, key_mask=key_mask)
+    return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
+
+
+class LMTrainer:
+    """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation."""
+
+    def __init__(
+        self, model: CausalLM, tokenizer: Tokenizer, task: Task, *, mesh, prompt_len: int,
+        max_new_tokens: int,
+    ):
+        self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
+        self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
+        self._greedy = make_generate(
+            model, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
+            pad_id=tokenizer.pad_id, greedy=True,
+        )
+
+    def encode_prompts(self, examples: Sequence[Example]):
+        return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
+
+    def encode_solutions(self, examples: Sequence[Example]):
+        ids, mask = self.tokenizer.encode_batch(
+            [self.task.solution(e) for e in examples], self.max_new_tokens, side="right",
+            add_eos=True,
+        )
+        return ids, mask.astype(np.float32)
+
+    def place_state(self, state):
+        return replicate(state, self.mesh)
+
+    def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
+        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
+        n_dev = self.mesh.devices.size
+        batch_size = max(n_dev, batch_size - batch_size % n_dev)
+        correct, lengths = [], []
+        for start in range(0, len(examples), batch_size):
+            chunk = list(examples[start : start + batch_size])
+            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
+            ids, mask = self.encode_prompts(padded)
+            prompt, prompt_mask = shard_batch((ids, mask), self.mesh)
+            out = self._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
+            texts = self.tokenizer.decode_batch(np.asarray(out.tokens), np.asarray(out.mask))
+            for text, ex in zip(texts[: len(chunk)], chunk, strict=True):
+                correct.append(self.task.is_correct(text, ex))
+            lengths.extend(np.asarray(out.lengths)[: len(chunk)].tolist())
+        return {"accuracy": float(np.mean(correct)), "length": float(np.mean(lengths))}
+
+
+class SFTTrainer(LMTrainer):
+    """Teacher forcing on the task's solutions: token-level NLL of `solution + EOS`."""
+
+    def __init__(self, model, tokenizer, task, config: SFTConfig, *, mesh, prompt_len,
+                 max_new_tokens):
+        super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
+                         max_new_tokens=max_new_tokens)
+        self.config = config
+        self.optimizer = make_optimizer(
+            config.lr, warmup_steps=config.warmup_steps, total_steps=config.steps,
+            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        )
+
+        def loss_fn(params, seq: SeqBatch):
+            logits = completion_logits(model, params, seq)
+            return sft_loss(token_logprobs(logits, seq.completion), seq.completion_mask)
+
+        self._update = jax.jit(make_train_step(loss_fn, self.optimizer))
+
+    def init_state(self, params, rng) -> TrainState:
+        return self.place_state(init_train_state(params, self.optimizer, rng))
+
+    def batch(self, cursor: int) -> list[Example]:
+        return self.task.examples("train", cursor, self.config.batch_size)
+
+    def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
+        prompt, prompt_mask = self.encode_prompts(examples)
+        completion, completion_mask = self.encode_solutions(examples)
+        seq = SeqBatch(*shard_batch((prompt, prompt_mask, completion, completion_mask), self.mesh))
+        return self._update(state, seq)
+
+
+class GRPOTrainer(LMTrainer):
+    """GRPO: sample G completions per prompt, score them, update on group-relative advantages."""
+
+    def __init__(self, model, tokenizer, task, config: GRPOConfig, *, mesh, prompt_len,
+                 ref_params=None):
+        super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
+                         max_new_tokens=config.max_new_tokens)
+        if config.beta > 0 and ref_params is None:
+            raise ValueError("grpo.beta > 0 needs reference params (ref_params)")
+        self.config = config
+        self.ref_params = None if ref_params is None else replicate(ref_params, mesh)
+        self.optimizer = make_optimizer(
+            config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
+        )
+        c = config
+        self._sample = make_generate(
+            model, max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
+            top_p=c.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+        )
+
+        def logp_fn(params, seq: SeqBatch):
+            logits = completion_logits(model, params, seq) / c.temperature
+            return logits, token_logprobs(logits, seq.completion)
+
+        def loss_fn(params, batch: GRPOBatch):
+            logits, logp = logp_fn(params, batch.seq)
+            mask = batch.seq.completion_mask
+            loss, metrics = grpo_loss(
+                logp, batch.old_logp, batch.ref_logp, batch.advantages,
+                mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
+                loss_type=c.loss_type,
+            )
+            entropy = masked_mean(jax.lax.stop_gradient(token_entropy(logits)), mask)
+            return loss, dict(metrics, entropy=entropy)
+
+        self._update = jax.jit(make_train_step(loss_fn, self.optimizer))
+        self._ref_logp = jax.jit(lambda p, seq: logp_fn(p, seq)[1])
+        self._advantages = jax.jit(
+            lambda r: group_advantages(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
+        )
+
+    def init_state(self, params, rng) -> TrainState:
+        return self.place_state(init_train_state(params, self.optimizer, rng))
+
+    def batch(self, cursor: int) -> list[Example]:
+        return self.task.examples("train", cursor, self.config.prompts_per_step)
+
+    def rollout(self, state: TrainState, examples: Sequence[Example]):
+        """Sample G completions per prompt and score them.
+
+        Returns (SeqBatch [B*G rows], old_logp [B*G, N], rewards [B, G], info).
+        """
+        c = self.config
+        group = [e for e in examples for _ in range(c.group_size)]  # prompt i -> rows [iG, (i+1)G)
+        prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        out = self._sample(state.params, prompt, prompt_mask, key)
+        tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
+        texts = self.tokenizer.decode_batch(tokens, mask)
+        scores = np.array([self.task.score(t, e) for t, e in zip(texts, group, strict=True)])
+        rewards = np.array([
+            self.task.reward(t, e, format_weight=c.format_weight)
+            for t, e in zip(texts, group, strict=True)
+        ], np.float32).reshape(len(examples), c.group_size)
+        seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
+        info = {"accuracy": float(np.mean(scores == 1.0)), "length": float(mask.sum(1).mean()),
+                "tokens": int(mask.sum()), "texts": texts}
+        return seq, out.logprobs, rewards, info
+
+    def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
+        t0 = time.perf_counter()
+        seq, old_logp, rewards, info = self.rollout(state, examples)
+        t_gen = time.perf_counter() - t0
+        advantages = shard_batch(np.asarray(self._advantages(rewards)), self.mesh)
+        ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
+        batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
+        for _ in range(self.config.mu):
+            state, metrics = self._update(state, batch)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        dt = time.perf_counter() - t0
+        std = rewards.std(axis=1)
+        metrics.update(
+            reward=float(rewards.mean()), reward_std=float(std.mean()),
+            zero_std_frac=float(np.mean(std == 0)), accuracy=info["accuracy"],
+            length=info["length"], tokens_per_s=info["tokens"] / dt, gen_time=t_gen,
+            update_time=dt - t_gen,
+        )
+        return state, metrics

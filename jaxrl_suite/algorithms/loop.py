@@ -1,0 +1,63 @@
+"""The host loop shared by every stage: batch -> jitted step -> log -> checkpoint.
+
+A trainer provides `batch(cursor) -> examples` (deterministic in the cursor) and
+`step(state, examples) -> (state, metrics)`. The loop keeps the data cursor beside the state in the
+checkpoint, so a resumed run sees exactly the batches the uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tqdm.auto import tqdm
+
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.metrics import MetricsLogger
+from jaxrl_suite.core.train import NonFiniteError, TrainState
+
+
+def fit(
+    trainer,
+    state: TrainState,
+    *,
+    stage: str,
+    num_steps: int,
+    cursor: int,
+    checkpointer: Checkpointer,
+    logger: MetricsLogger,
+    step_offset: int = 0,
+    meta: dict | None = None,
+    progress: bool = True,
+    postfix: Sequence[str] = ("loss",),
+    callback: Callable[[int, TrainState], dict] | None = None,
+) -> tuple[TrainState, int]:
+    """Run `trainer` from `state.step` to `num_steps`; returns (state, cursor).
+
+    Each step's record is logged as `{"step": step_offset + n, "stage": stage, ...}` (n counts from
+    1). `callback(n, state)` may return extra fields for the record (e.g. a periodic evaluation).
+    A non-finite update raises `NonFiniteError` before anything is saved, so the last good
+    checkpoint stays the latest one.
+    """
+    meta = dict(meta or {})
+    start = int(state.step)
+    bar = tqdm(total=num_steps, initial=start, desc=stage, disable=not progress, leave=False)
+    for n in range(start + 1, num_steps + 1):
+        examples = trainer.batch(cursor)
+        state, metrics = trainer.step(state, examples)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        if not metrics.pop("finite", 1.0):
+            latest = checkpointer.latest_step()
+            raise NonFiniteError(
+                f"non-finite loss or gradient at {stage} step {n}; the last good checkpoint "
+                f"({stage} step {latest}) in {checkpointer.directory} is kept"
+            )
+        cursor += len(examples)
+        if callback is not None:
+            metrics.update(callback(n, state))
+        logger.log({"step": step_offset + n, "stage": stage, **metrics})
+        checkpointer.save(n, state, {**meta, "cursor": cursor}, force=n == num_steps)
+        bar.update(1)
+        bar.set_postfix({k: f"{metrics[k]:.3g}" for k in postfix if k in metrics})
+    bar.close()
+    checkpointer.wait()
+    return state, cursor

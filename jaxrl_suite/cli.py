@@ -1,0 +1,90 @@
+"""`jaxrl-suite` command line: `run NAME [--config F] [--set k=v]... [--smoke] [--out DIR]
+[--resume] [--tensorboard]` and `list`.
+
+Bad input (an unknown experiment, config key or value, a missing checkpoint) prints one line to
+stderr and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
+from jaxrl_suite.core.config import ConfigError, load_config
+from jaxrl_suite.core.experiment import EXPERIMENTS, RunOptions
+from jaxrl_suite.core.registry import UnknownNameError
+from jaxrl_suite.core.train import NonFiniteError
+
+EXIT_USAGE = 2
+
+
+def _load_experiments() -> Path:
+    """Import the `experiments` package (it registers every experiment); returns the configs dir."""
+    import experiments
+
+    return Path(experiments.__file__).resolve().parent.parent / "configs"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxrl-suite", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment")
+    run.add_argument("name", help="experiment name (see `jaxrl-suite list`)")
+    run.add_argument("--config", type=Path, help="YAML config (default: configs/NAME.yaml)")
+    run.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config field, e.g. --set grpo.lr=1e-5 (repeatable)",
+    )
+    run.add_argument("--smoke", action="store_true", help="tiny size for tests (seconds)")
+    run.add_argument("--out", type=Path, help="output dir (default: results/NAME[-smoke])")
+    run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard events")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    sub.add_parser("list", help="list the experiments")
+    return p
+
+
+def _run(args: argparse.Namespace, configs_dir: Path) -> int:
+    exp = EXPERIMENTS.get(args.name)
+    config_path = args.config
+    if config_path is None and (configs_dir / f"{args.name}.yaml").is_file():
+        config_path = configs_dir / f"{args.name}.yaml"
+    cfg = load_config(exp.config_cls, config_path, args.overrides, smoke=args.smoke)
+    out_dir = args.out or Path("results") / (args.name + ("-smoke" if args.smoke else ""))
+    out_dir = out_dir.absolute()
+    ckpt_dir = out_dir / "checkpoints"
+    if args.resume:
+        if not ckpt_dir.is_dir() or not any(ckpt_dir.rglob("*")):
+            raise CheckpointNotFoundError(f"--resume: no checkpoint found in {ckpt_dir}")
+    elif ckpt_dir.exists():
+        shutil.rmtree(ckpt_dir)  # a fresh run must not mix with an old run's checkpoints
+    options = RunOptions(
+        out_dir=out_dir, resume=args.resume, tensorboard=args.tensorboard,
+        progress=not args.no_progress,
+    )
+    exp.run(cfg, options)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        configs_dir = _load_experiments()
+        if args.command == "list":
+            for name in EXPERIMENTS.names():
+                print(f"{name:24s} {EXPERIMENTS.get(name).description}")
+            return 0
+        return _run(args, configs_dir)
+    except (ConfigError, CheckpointNotFoundError, UnknownNameError) as e:
+        print(f"jaxrl-suite: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except NonFiniteError as e:
+        print(f"jaxrl-suite: stopped: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Frozen, nested dataclass configs loaded from YAML and `--set a.b=value` overrides.
+
+A config is a frozen dataclass whose fields are scalars (int, float, bool, str), optional scalars,
+tuples, `Literal[...]` choices or nested config dataclasses. Every value that enters a config is
+checked against its field's type; an unknown key or a wrong type raises `ConfigError` with one line
+that names the field (levanter / maxtext habit).
+
+    cfg = load_config(MyConfig, "configs/x.yaml", overrides=["grpo.lr=1e-5"], smoke=True)
+
+A YAML file holds a mapping shaped like the dataclass. The reserved top-level key `smoke` holds a
+mapping of the same shape that is applied on top when `smoke=True` (the tiny size used by tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+C = TypeVar("C")
+
+SMOKE_KEY = "smoke"
+
+
+class ConfigError(ValueError):
+    """A bad config: unknown key, wrong type or unreadable file. The message is one line."""
+
+
+def _field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check `value` against type `tp` and return it (ints are accepted for float fields)."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config field '{name}' expects {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        options = typing.get_args(tp)
+        if value not in options:
+            raise ConfigError(
+                f"config field '{name}' must be one of {', '.join(map(repr, options))}, "
+                f"got {value!r}"
+            )
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"config field '{name}' expects a list, got {value!r}")
+        args = typing.get_args(tp)
+        item_tp = args[0] if args else Any
+        return tuple(_coerce(v, item_tp, f"{name}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field '{name}' expects a mapping, got {value!r}")
+        return from_dict(tp, value, prefix=f"{name}.")
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, str) and _looks_like_float(value):
+            return float(value)  # YAML 1.1 reads "1e-5" (no dot) as a string
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"config field '{name}' expects float, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config field '{name}' expects int, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config field '{name}' expects bool (true/false), got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config field '{name}' expects str, got {value!r}")
+        return value
+    raise ConfigError(f"config field '{name}' has unsupported type {_type_name(tp)}")
+
+
+def _check_keys(cls, data: dict, prefix: str) -> None:
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown config key '{prefix}{key}'; "
+                f"valid keys: {', '.join(prefix + v for v in valid)}"
+            )
+
+
+def from_dict(cls: type[C], data: dict, *, prefix: str = "") -> C:
+    """Build `cls` from a (nested) mapping, checking keys and types; missing keys keep defaults."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping")
+    _check_keys(cls, data, prefix)
+    types_ = _field_types(cls)
+    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}': {e}") from None
+
+
+def to_dict(cfg) -> dict:
+    """Nested plain-dict view of a config (tuples become lists), for summary.json and YAML."""
+
+    def conv(v):
+        if dataclasses.is_dataclass(v):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list):
+            return [conv(x) for x in v]
+        return v
+
+    return conv(cfg)
+
+
+def merge(base: dict, update: dict) -> dict:
+    """Recursive dict merge; `update` wins."""
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_override(text: str) -> dict:
+    """`"a.b=3"` -> `{"a": {"b": 3}}`; the value is parsed as YAML (`1e-5`, `true`, `[1,2]`)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node: dict = {}
+    cur = node
+    parts = key.split(".")
+    for p in parts[:-1]:
+        cur[p] = {}
+        cur = cur[p]
+    cur[parts[-1]] = value
+    return node
+
+
+def _looks_like_float(raw: str) -> bool:
+    try:
+        float(raw)
+    except ValueError:
+        return False
+    return raw.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        first_line = str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML: {first_line}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def load_config(
+    cls: type[C],
+    path: str | Path | None = None,
+    overrides: typing.Sequence[str] = (),
+    *,
+    smoke: bool = False,
+) -> C:
+    """Dataclass defaults <- YAML file <- its `smoke` section (if `smoke`) <- `overrides`."""
+    data: dict = read_yaml(path) if path is not None else {}
+    smoke_section = data.pop(SMOKE_KEY, {}) or {}
+    if smoke:
+        data = merge(data, smoke_section)
+    for text in overrides:
+        data = merge(data, parse_override(text))
+    return from_dict(cls, data)

@@ -1,0 +1,132 @@
+"""Run logging: `metrics.jsonl` (one JSON object per step), optional TensorBoard, PNG curves.
+
+Everything here runs on the host, outside jitted code (STYLE habit 6).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_python(value: Any) -> Any:
+    """Arrays and numpy scalars -> plain floats/ints/lists, so they serialise as JSON."""
+    if isinstance(value, Mapping):
+        return {k: to_python(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_python(v) for v in value]
+    if hasattr(value, "shape") or isinstance(value, np.generic):
+        arr = np.asarray(value)
+        if arr.ndim == 0:
+            item = arr.item()
+            return item
+        return arr.tolist()
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """All records of a metrics.jsonl file (an absent file gives [])."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLogger:
+    """Appends one JSON object per step to `<out_dir>/metrics.jsonl`.
+
+    On resume, pass `resume_step`: records with `step >= resume_step` (written after the restored
+    checkpoint by the run that died) are dropped first, so every step appears exactly once.
+    """
+
+    def __init__(
+        self, out_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False
+    ):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / "metrics.jsonl"
+        if resume_step is None:
+            self.path.write_text("")
+        else:
+            kept = [r for r in read_metrics(self.path) if r.get("step", -1) < resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._file = self.path.open("a")
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+
+    def log(self, record: Mapping[str, Any]) -> dict:
+        """Write one record (must hold an integer `step`); returns its JSON-ready form."""
+        rec = to_python(dict(record))
+        if "step" not in rec:
+            raise ValueError("a metrics record needs a 'step' field")
+        self._file.write(json.dumps(rec, allow_nan=True) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            prefix = f"{rec['stage']}/" if "stage" in rec else ""
+            for k, v in rec.items():
+                if isinstance(v, int | float) and not isinstance(v, bool) and k != "step":
+                    self._tb.add_scalar(prefix + k, v, rec["step"])
+            self._tb.flush()
+        return rec
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def write_json(path: str | Path, data: Mapping[str, Any]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(to_python(dict(data)), indent=2) + "\n")
+
+
+def plot_curves(
+    records: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    path: str | Path,
+    *,
+    title: str = "",
+    smooth: int = 1,
+) -> None:
+    """One panel per key of `records` against `step`; a trailing moving average if `smooth > 1`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        pts = [
+            (r["step"], r[key])
+            for r in records
+            if isinstance(r.get(key), int | float) and math.isfinite(r[key])
+        ]
+        if pts:
+            x, y = map(np.asarray, zip(*pts, strict=True))
+            ax.plot(x, y, alpha=0.35 if smooth > 1 else 1.0, lw=1)
+            if smooth > 1 and len(y) >= smooth:
+                ys = np.convolve(y, np.ones(smooth) / smooth, mode="valid")
+                ax.plot(x[smooth - 1 :], ys, lw=2)
+        ax.set_xlabel("step")
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,65 @@
+"""Device mesh and batch placement for data parallelism.
+
+One code path serves one CPU, N local accelerators and several hosts. The mesh has a single
+`"data"` axis: batches are split along their leading dimension over it and parameters are
+replicated; inside `jax.jit` XLA then inserts the gradient all-reduce, so a step on N devices
+computes the same global-batch gradient as a step on one device.
+
+Multi-host: call `jax.distributed.initialize()` first on every host; `make_mesh()` then spans all
+hosts' devices and `shard_batch` builds each global array from the host-local slice.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+DATA_AXIS = "data"
+
+
+def make_mesh(num_devices: int | None = None, *, axis: str = DATA_AXIS) -> Mesh:
+    """A 1-D `Mesh` over the first `num_devices` devices (default: all, across hosts)."""
+    devices = jax.devices()
+    n = len(devices) if num_devices is None else num_devices
+    if not 1 <= n <= len(devices):
+        raise ValueError(f"num_devices={n} but {len(devices)} devices are visible")
+    # An explicit Mesh (not jax.make_mesh) keeps Auto axes, so jit propagates shardings itself.
+    return Mesh(np.asarray(devices[:n]), (axis,))
+
+
+def data_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading axis split over `"data"`, the rest replicated."""
+    return NamedSharding(mesh, P(mesh.axis_names[0]))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def shard_batch(batch, mesh: Mesh):
+    """Place every leaf of `batch` with its leading axis split over the mesh.
+
+    `batch` leaves hold this host's rows (all rows on a single host). The leading size must divide
+    evenly by the number of devices (per host), otherwise a one-line ValueError says so.
+    """
+    sharding = data_sharding(mesh)
+    n_local = len(mesh.local_devices)
+
+    def put(x):
+        x = np.asarray(x)
+        if x.ndim == 0 or x.shape[0] % n_local:
+            raise ValueError(
+                f"batch leading size {x.shape[:1]} must be divisible by the {n_local} local devices"
+            )
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_process_local_data(sharding, x)
+
+    return jax.tree.map(put, batch)
+
+
+def replicate(tree, mesh: Mesh):
+    """Place every leaf of `tree` (params, optimizer state) on all devices of the mesh."""
+    return jax.device_put(tree, replicated(mesh))

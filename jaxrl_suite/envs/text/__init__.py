@@ -1,0 +1,32 @@
+"""Verifiable text tasks (arithmetic, countdown) and the tokenizer wrapper used by LM RL."""
+
+from jaxrl_suite.envs.text.arithmetic import ArithmeticTask
+from jaxrl_suite.envs.text.base import (
+    SPLITS,
+    TASKS,
+    Example,
+    Task,
+    answer_tags,
+    extract_answer,
+    format_reward,
+    make_task,
+)
+from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
+from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "ArithmeticTask",
+    "CountdownMeta",
+    "CountdownTask",
+    "Example",
+    "Task",
+    "Tokenizer",
+    "answer_tags",
+    "extract_answer",
+    "format_reward",
+    "load_tokenizer",
+    "make_task",
+    "parse_expression",
+]

@@ -1,0 +1,155 @@
+"""Verifiable text tasks: the `Example` record, the `Task` interface, answer parsing and `TASKS`.
+
+A task is a deterministic, index-addressable stream of problems with a programmatic checker:
+`task.example(split, i)` depends only on (task params, seed, split, i), so a data cursor is just
+an integer and resumes exactly. The train and test splits are disjoint: a problem belongs to
+"test" iff the stable hash of its canonical key is 0 mod 10 (`_problem_key`), and each split
+resamples (with a derived seed) until it draws a problem of its own.
+
+Completions answer inside `<answer>...</answer>`; the reward is `score` (correctness in [0, 1])
+plus an optional `format_weight * format_reward`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from jaxrl_suite.core.registry import Registry
+
+SPLITS = ("train", "test")
+_TEST_BUCKETS = 10  # a problem is held out iff stable_hash(key) % _TEST_BUCKETS == 0
+_MAX_ATTEMPTS = 10_000  # resampling bound; only reached if a split of a tiny task is empty
+_OPEN, _CLOSE = "<answer>", "</answer>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One problem: the prompt fed to the model and its canonical answer.
+
+    Attributes:
+      prompt: text fed to the model, e.g. "123+456=".
+      answer: canonical answer string, e.g. "579" (countdown: the target).
+      meta: task-specific hashable data (arithmetic: (a, b); countdown: `CountdownMeta`).
+    """
+
+    prompt: str
+    answer: str
+    meta: tuple = ()
+
+
+def extract_answer(text: str) -> str | None:
+    """Returns the stripped content of the first `<answer>...</answer>` in `text`, else None.
+
+    Linear time (plain `str.find`), so arbitrarily long garbage is cheap.
+    """
+    start = text.find(_OPEN)
+    if start < 0:
+        return None
+    start += len(_OPEN)
+    end = text.find(_CLOSE, start)
+    return None if end < 0 else text[start:end].strip()
+
+
+def format_reward(text: str) -> float:
+    """1.0 iff `text` is one `<answer>...</answer>` and nothing else but whitespace, else 0.0."""
+    body = text.strip()
+    ok = (
+        body.startswith(_OPEN)
+        and body.endswith(_CLOSE)
+        and body.count(_OPEN) == 1
+        and body.count(_CLOSE) == 1
+    )
+    return 1.0 if ok else 0.0
+
+
+def _split_id(split: str) -> int:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    return SPLITS.index(split)
+
+
+def _stable_hash(key: str) -> int:
+    """A process-independent 64-bit hash (Python's `hash` is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+class Task(abc.ABC):
+    """A verifiable text task; subclasses implement `_generate`, `solution` and `score`.
+
+    `score(completion, ex)` is the correctness reward in [0, 1] (1.0 = correct) and never raises;
+    `reward` adds `format_weight * format_reward(completion)`.
+    """
+
+    name: ClassVar[str]
+    seed: int
+
+    @abc.abstractmethod
+    def _generate(self, rng: np.random.Generator) -> Example:
+        """Draws one problem from `rng` (ignoring splits)."""
+
+    def _problem_key(self, ex: Example) -> str:
+        """Canonical identity of a problem; equal keys always land in the same split."""
+        return ex.prompt
+
+    def example(self, split: str, index: int) -> Example:
+        """Returns problem `index` of `split`; a pure function of (params, seed, split, index)."""
+        split_id = _split_id(split)
+        if index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        for attempt in range(_MAX_ATTEMPTS):
+            ex = self._generate(np.random.default_rng([self.seed, split_id, index, attempt]))
+            is_test = _stable_hash(self._problem_key(ex)) % _TEST_BUCKETS == 0
+            if is_test == (split == "test"):
+                return ex
+        raise RuntimeError(f"{self!r}: no {split!r} problem found in {_MAX_ATTEMPTS} draws")
+
+    def examples(self, split: str, start: int, n: int) -> list[Example]:
+        """Returns `[example(split, i) for i in range(start, start + n)]`."""
+        return [self.example(split, i) for i in range(start, start + n)]
+
+    @abc.abstractmethod
+    def solution(self, ex: Example) -> str:
+        """The SFT target completion for `ex`, e.g. "<answer>579</answer>"; it scores 1.0."""
+
+    @abc.abstractmethod
+    def score(self, completion: str, ex: Example) -> float:
+        """Correctness reward in [0, 1] of the decoded completion; malformed input -> 0.0."""
+
+    def is_correct(self, completion: str, ex: Example) -> bool:
+        """Whether `completion` fully solves `ex` (score == 1.0)."""
+        return self.score(completion, ex) == 1.0
+
+    def reward(self, completion: str, ex: Example, *, format_weight: float = 0.0) -> float:
+        """score(completion, ex) + format_weight * format_reward(completion)."""
+        return self.score(completion, ex) + format_weight * format_reward(completion)
+
+
+def answer_tags(content: str) -> str:
+    """Wraps `content` as a well-formatted completion: "<answer>content</answer>"."""
+    return f"{_OPEN}{content}{_CLOSE}"
+
+
+TASKS: Registry[Callable[..., Task]] = Registry("task")
+
+
+def make_task(name: str, **kwargs) -> Task:
+    """Builds registered task `name` from keyword params, e.g. make_task("arithmetic", digits=2)."""
+    return TASKS.get(name)(**kwargs)
+
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "Example",
+    "Task",
+    "answer_tags",
+    "extract_answer",
+    "format_reward",
+    "make_task",
+]

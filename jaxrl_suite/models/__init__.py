@@ -1,0 +1,21 @@
+"""Flax linen models."""
+
+from jaxrl_suite.models.lm import (
+    CausalLM,
+    KVCache,
+    LMConfig,
+    apply_rope,
+    init_cache,
+    rms_norm,
+    rope_cos_sin,
+)
+
+__all__ = [
+    "CausalLM",
+    "KVCache",
+    "LMConfig",
+    "apply_rope",
+    "init_cache",
+    "rms_norm",
+    "rope_cos_sin",
+]

@@ -1,0 +1,102 @@
+"""End-to-end tests of the GRPO experiment through the CLI at smoke size."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.grpo_arithmetic import Config
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.cli import main
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import load_config
+from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.train import init_train_state
+from jaxrl_suite.envs.text import make_task
+from jaxrl_suite.envs.text.tokenizer import load_tokenizer
+from jaxrl_suite.models import CausalLM
+
+SMOKE = ["--smoke", "--no-progress"]
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo_arithmetic.yaml"
+
+
+def _grpo_params(out_dir, cfg):
+    """Params of the latest GRPO checkpoint in `out_dir`."""
+    model = CausalLM(cfg.model)
+    params = model.init(jax.random.PRNGKey(0), np.zeros((1, cfg.task.prompt_len), np.int32))
+    trainer = GRPOTrainer(model, load_tokenizer(), make_task("arithmetic"), cfg.grpo,
+                          mesh=make_mesh(1), prompt_len=cfg.task.prompt_len)
+    template = init_train_state(params, trainer.optimizer, jax.random.PRNGKey(0))
+    state, meta = Checkpointer(out_dir / "checkpoints" / "grpo").restore(template)
+    return state, meta
+
+
+def test_smoke_run_writes_results(tmp_path, capsys):
+    assert main(["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path), "--tensorboard"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out accuracy after SFT" in out and "held-out accuracy after GRPO" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("sft_heldout_accuracy", "grpo_heldout_accuracy", "wall_time_s"):
+        assert key in summary
+    assert 0.0 <= summary["grpo_heldout_accuracy"] <= 1.0
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    grpo = [r for r in records if r["stage"] == "grpo"]
+    assert len(grpo) == 2
+    for key in ("reward", "accuracy", "length", "entropy", "kl", "clip_frac", "grad_norm",
+                "param_norm", "update_norm", "tokens_per_s"):
+        assert np.isfinite(grpo[-1][key]), key
+    assert (tmp_path / "reward_curve.png").stat().st_size > 1000
+    assert list((tmp_path / "tensorboard").glob("events.*"))
+
+
+def test_resume_after_kill_matches_straight_run(tmp_path):
+    cfg_set = ["--set", "grpo.steps=6", "--set", "run.checkpoint_every=2"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(straight)]) == 0
+    # The killed run got through GRPO step 3 (metrics logged) but died before saving step 3;
+    # its last checkpoint is step 2.
+    first = ["--set", "grpo.steps=3", "--set", "run.checkpoint_every=2"]
+    assert main(["run", "grpo_arithmetic", *SMOKE, *first, "--out", str(killed)]) == 0
+    shutil.rmtree(killed / "checkpoints" / "grpo" / "3")
+    (killed / "summary.json").unlink()
+    assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(killed),
+                 "--resume"]) == 0
+
+    cfg = load_config(Config, CONFIG, ["grpo.steps=6"], smoke=True)
+    a, meta_a = _grpo_params(straight, cfg)
+    b, meta_b = _grpo_params(killed, cfg)
+    assert int(a.step) == int(b.step) == 6 and meta_a["cursor"] == meta_b["cursor"]
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
+                 a.params, b.params)
+    steps = [r["step"] for r in read_metrics(killed / "metrics.jsonl") if r["stage"] != "final"]
+    assert steps == list(range(1, cfg.sft.steps + 7))  # every step exactly once
+    rec_a = [r for r in read_metrics(straight / "metrics.jsonl") if r["stage"] == "grpo"]
+    rec_b = [r for r in read_metrics(killed / "metrics.jsonl") if r["stage"] == "grpo"]
+    np.testing.assert_allclose([r["reward"] for r in rec_a], [r["reward"] for r in rec_b])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
+        (["run", "grpo_arithmetic", "--set", "grpo.lrr=1"], "unknown config key 'grpo.lrr'"),
+        (["run", "grpo_arithmetic", "--set", "grpo.steps=abc"], "'grpo.steps'"),
+        (["run", "grpo_arithmetic", "--set", "grpo.loss_type=ppo"], "'grpo.loss_type'"),
+        (["run", "grpo_arithmetic", "--resume", "--out", "{tmp}/none"], "no checkpoint found"),
+        (["run", "grpo_arithmetic", "--config", "{tmp}/nope.yaml"], "config file not found"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    assert "grpo_arithmetic" in capsys.readouterr().out

@@ -1,0 +1,69 @@
+import dataclasses
+from typing import Literal
+
+import pytest
+
+from jaxrl_suite.core.config import ConfigError, from_dict, load_config, parse_override, to_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    lr: float = 1e-3
+    steps: int = 10
+    name: Literal["a", "b"] = "a"
+    clip: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    inner: Inner = Inner()
+    flag: bool = False
+    sizes: tuple[int, ...] = (1, 2)
+    label: str = "x"
+
+
+def test_defaults_and_nested_override(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("inner:\n  steps: 5\n  lr: 1e-4\nsmoke:\n  inner: {steps: 1}\n")
+    cfg = load_config(Outer, path, ["inner.name=b", "flag=true", "sizes=[3,4]"])
+    assert cfg == Outer(inner=Inner(lr=1e-4, steps=5, name="b"), flag=True, sizes=(3, 4))
+    assert load_config(Outer, path, smoke=True).inner.steps == 1
+    assert load_config(Outer, path, ["inner.steps=7"], smoke=True).inner.steps == 7
+
+
+def test_float_field_accepts_int_and_exponent_string():
+    assert parse_override("inner.lr=1e-5") == {"inner": {"lr": "1e-5"}}
+    assert from_dict(Outer, {"inner": {"lr": "1e-5"}}).inner.lr == 1e-5
+    assert from_dict(Outer, {"inner": {"lr": 2}}).inner.lr == 2.0
+    assert from_dict(Outer, {"inner": {"clip": 0.3}}).inner.clip == 0.3
+    assert from_dict(Outer, {"inner": {"clip": None}}).inner.clip is None
+
+
+def test_unknown_key_names_key_and_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        load_config(Outer, None, ["inner.lrr=1"])
+    msg = str(e.value)
+    assert "'inner.lrr'" in msg and "inner.lr" in msg and "inner.steps" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [("inner.steps=1.5", "inner.steps"), ("flag=3", "flag"), ("inner.name=c", "inner.name"),
+     ("inner.steps=true", "inner.steps"), ("inner=3", "inner"), ("label=[1]", "label")],
+)
+def test_wrong_type_names_field(override, field):
+    with pytest.raises(ConfigError, match=f"'{field}'"):
+        load_config(Outer, None, [override])
+
+
+def test_bad_override_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(Outer, None, ["noequals"])
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Outer, tmp_path / "missing.yaml")
+
+
+def test_to_dict_round_trip():
+    cfg = Outer(inner=Inner(steps=3), sizes=(5,))
+    assert from_dict(Outer, to_dict(cfg)) == cfg

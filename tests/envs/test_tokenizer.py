@@ -1,0 +1,103 @@
+"""Tests for the tokenizer wrapper (default ByT5 byte tokenizer)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxrl_suite.envs.text import Tokenizer, load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+def test_byt5_ids(tok):
+    assert (tok.vocab_size, tok.pad_id, tok.eos_id) == (384, 0, 1)
+    assert tok.encode("ab") == [ord("a") + 3, ord("b") + 3]
+    assert tok.encode("12+3=") == tok.hf.encode("12+3=", add_special_tokens=False)
+
+
+@pytest.mark.parametrize("text", ["", "123+456=", "<answer>(3+5)*7</answer>", "héllo ✓ 🙂\n"])
+def test_round_trip(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_decode_stops_at_eos_and_skips_special(tok):
+    ids = tok.encode("ab") + [tok.pad_id] + tok.encode("c") + [260] + [tok.eos_id] + tok.encode("z")
+    assert tok.decode(ids) == "abc"
+    assert tok.decode(np.array(ids, dtype=np.int32)) == "abc"
+    assert tok.decode([tok.eos_id] + tok.encode("z")) == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 383), max_size=40))
+def test_fast_decode_matches_hf(tok, ids):
+    upto = ids.index(tok.eos_id) if tok.eos_id in ids else len(ids)
+    assert tok.decode(ids) == tok.hf.decode(ids[:upto], skip_special_tokens=True)
+
+
+def test_generic_path_matches_fast_path(tok):
+    generic = Tokenizer(tok.hf)
+    generic._is_bytes = False  # force the Hugging Face encode/decode path
+    text = "12+34=<answer>46</answer> é"
+    assert generic.encode(text) == tok.encode(text)
+    ids = tok.encode(text) + [tok.eos_id] + tok.encode("junk")
+    assert generic.decode(ids) == tok.decode(ids) == text
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_encode_batch_padding(tok, side):
+    texts = ["1+2=", "10+20=", ""]
+    ids, mask = tok.encode_batch(texts, 8, side=side)
+    assert ids.shape == mask.shape == (3, 8)
+    assert ids.dtype == np.int32 and mask.dtype == bool
+    np.testing.assert_array_equal(mask.sum(1), [4, 6, 0])
+    assert np.all(ids[~mask] == tok.pad_id)
+    if side == "left":
+        assert mask[:2, -1].all() and not mask[0, :4].any()
+        np.testing.assert_array_equal(ids[0, 4:], tok.encode("1+2="))
+    else:
+        assert mask[:2, 0].all() and not mask[0, 4:].any()
+        np.testing.assert_array_equal(ids[0, :4], tok.encode("1+2="))
+    assert tok.decode_batch(ids, mask) == texts
+
+
+def test_encode_batch_add_eos(tok):
+    ids, mask = tok.encode_batch(["ab"], 4, side="right", add_eos=True)
+    np.testing.assert_array_equal(ids[0], tok.encode("ab") + [tok.eos_id, tok.pad_id])
+    np.testing.assert_array_equal(mask[0], [True, True, True, False])
+    with pytest.raises(ValueError, match="length=2"):
+        tok.encode_batch(["ab"], 2, add_eos=True)
+
+
+def test_encode_batch_too_long(tok):
+    with pytest.raises(ValueError, match=r"text 1 needs 7 tokens.*length=5"):
+        tok.encode_batch(["ok", "1234567"], 5)
+    with pytest.raises(ValueError, match="side"):
+        tok.encode_batch(["ok"], 5, side="middle")
+
+
+def test_decode_batch_respects_mask_and_eos(tok):
+    prompt_ids, prompt_mask = tok.encode_batch(["1+1=", "22+2="], 6)
+    completions = np.array(
+        [tok.encode("<a>2") + [tok.eos_id, 120], tok.encode("24") + [tok.eos_id] * 4], np.int32
+    )
+    ids = np.concatenate([prompt_ids, completions], axis=1)  # [2, 12]
+    mask = np.concatenate([np.zeros_like(prompt_mask), np.ones(completions.shape, bool)], axis=1)
+    assert tok.decode_batch(ids, mask) == ["<a>2", "24"]
+    assert tok.decode_batch(ids[:, 6:]) == ["<a>2", "24"]
+    holes = mask.copy()
+    holes[1, 7] = False  # masked-out positions are skipped
+    assert tok.decode_batch(ids, holes)[1] == "2"
+    full = np.concatenate([prompt_mask, np.ones(completions.shape, bool)], axis=1)
+    assert tok.decode_batch(ids, full) == ["1+1=<a>2", "22+2=24"]
+    with pytest.raises(ValueError, match="mask shape"):
+        tok.decode_batch(ids, mask[:, :3])
+
+
+def test_missing_tokenizer_dir_raises(tmp_path):
+    missing = tmp_path / "no_such_tokenizer"
+    with pytest.raises(FileNotFoundError, match="no_such_tokenizer"):
+        load_tokenizer(str(missing))

@@ -1,0 +1,211 @@
+"""Tests for the causal LM: KV cache vs full forward, causality, padding, RoPE, RMSNorm, config."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from jaxrl_suite.models import CausalLM, LMConfig, apply_rope, init_cache, rms_norm, rope_cos_sin
+
+TINY = LMConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=64)
+CONFIGS = {
+    "mha_tied": TINY,
+    "gqa_untied_bias": dataclasses.replace(TINY, n_kv_heads=2, tie_embeddings=False, qkv_bias=True),
+}
+
+
+@functools.cache
+def _params(cfg, seed=0):
+    """Random params with embeddings scaled up so logits are far from uniform."""
+
+    @jax.jit
+    def init(rng):
+        flat, unravel = ravel_pytree(CausalLM(cfg).init(rng, jnp.zeros((1, 4), jnp.int32)))
+        # Perturb every leaf so norm scales and biases are non-trivial.
+        params = unravel(flat + 0.1 * jax.random.normal(jax.random.fold_in(rng, 1), flat.shape))
+        params["params"]["embed"]["embedding"] *= 5.0
+        return params
+
+    return init(jax.random.key(seed))
+
+
+@functools.cache
+def _apply(cfg):
+    """Jitted CausalLM(cfg).apply, shared by the tests of one config."""
+    return jax.jit(CausalLM(cfg).apply, static_argnames="return_hidden")
+
+
+def _full(cfg, params, tokens, mask=None, **kw):
+    """Full forward with explicit positions and key mask (one compile per config and shape)."""
+    mask = jnp.ones(tokens.shape, bool) if mask is None else mask
+    return _apply(cfg)(params, tokens, _positions(mask), mask, **kw)
+
+
+def _positions(mask):
+    """RoPE positions of left-padded rows: cumsum(mask) - 1, clipped at 0. [B, T] -> [B, T]."""
+    return jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+
+
+def _left_padded(rng, lengths, width, vocab):
+    """Tokens and mask [B, width]; row b holds lengths[b] real tokens at the end."""
+    tokens = np.asarray(jax.random.randint(rng, (len(lengths), width), 2, vocab))
+    mask = np.arange(width)[None, :] >= width - np.asarray(lengths)[:, None]
+    return jnp.asarray(np.where(mask, tokens, 0), jnp.int32), jnp.asarray(mask)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cached_decoding_matches_full_forward(name):
+    cfg = CONFIGS[name]
+    params = _params(cfg)
+    p, n = 7, 5
+    prompt, prompt_mask = _left_padded(jax.random.key(3), [7, 5, 2], p, cfg.vocab_size)
+    cont = jax.random.randint(jax.random.key(4), (3, n), 2, cfg.vocab_size)
+    tokens = jnp.concatenate([prompt, cont], axis=1)  # [B, P+N]
+    mask = jnp.concatenate([prompt_mask, jnp.ones((3, n), bool)], axis=1)
+    full, none = _full(cfg, params, tokens, mask)
+    assert none is None and full.shape == (3, p + n, cfg.vocab_size) and full.dtype == jnp.float32
+
+    apply = jax.jit(CausalLM(cfg).apply)
+    cache = init_cache(cfg, 3, p + n)
+    pos = _positions(mask)
+    logits, cache = apply(params, prompt, pos[:, :p], mask, cache, 0)
+    real = np.asarray(prompt_mask)
+    np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(full[:, :p])[real], atol=1e-5)
+    for i in range(n):
+        slot = p + i
+        logits, cache = apply(
+            params,
+            tokens[:, slot : slot + 1],
+            pos[:, slot : slot + 1],
+            mask,
+            cache,
+            jnp.int32(slot),
+        )
+        np.testing.assert_allclose(logits[:, 0], full[:, slot], atol=1e-5)
+    assert apply._cache_size() == 2  # prefill and decode; the decode slot is traced
+
+
+def test_return_hidden_and_cache_shapes():
+    cfg = CONFIGS["gqa_untied_bias"]
+    params = _params(cfg)
+    tokens = jnp.ones((2, 10), jnp.int32)
+    logits, _, hidden = _full(cfg, params, tokens, return_hidden=True)
+    assert logits.shape == (2, 10, cfg.vocab_size) and hidden.shape == (2, 10, cfg.d_model)
+    np.testing.assert_allclose(jnp.mean(hidden**2, -1), 1.0, rtol=0.3)  # RMS-normed (x scale)
+    cache = init_cache(cfg, 2, 9)
+    assert len(cache.k) == cfg.n_layers and cache.cache_len == 9
+    assert cache.k[0].shape == (2, cfg.n_kv_heads, 9, cfg.resolved_head_dim)
+    with pytest.raises(ValueError, match="max_len"):
+        init_cache(cfg, 2, cfg.max_len + 1)
+
+
+def test_param_tree_is_hf_mappable():
+    cfg = CONFIGS["gqa_untied_bias"]
+    p = _params(cfg)["params"]
+    assert set(p) == {"embed", "layer_0", "layer_1", "final_norm", "lm_head"}
+    layer = p["layer_0"]
+    assert set(layer) == {"attn", "attn_norm", "mlp", "mlp_norm"}
+    assert set(layer["attn"]) == {"q", "k", "v", "o"}
+    assert set(layer["mlp"]) == {"gate", "up", "down"}
+    hd = cfg.resolved_head_dim
+    assert layer["attn"]["q"]["kernel"].shape == (cfg.d_model, cfg.n_heads * hd)
+    assert layer["attn"]["k"]["bias"].shape == (cfg.n_kv_heads * hd,)
+    assert "bias" not in layer["attn"]["o"]
+    assert layer["mlp"]["down"]["kernel"].shape == (cfg.d_ff, cfg.d_model)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(p))
+
+
+def test_causality():
+    cfg = CONFIGS["gqa_untied_bias"]
+    params = _params(cfg)
+    tokens = jax.random.randint(jax.random.key(0), (2, 10), 2, cfg.vocab_size)
+    changed = tokens.at[:, 6].set((tokens[:, 6] + 1) % cfg.vocab_size)
+    a, _ = _full(cfg, params, tokens)
+    b, _ = _full(cfg, params, changed)
+    np.testing.assert_allclose(a[:, :6], b[:, :6], atol=1e-6)
+    assert np.abs(np.asarray(a[:, 6:] - b[:, 6:])).max() > 1e-3
+
+
+def test_left_padding_invariance():
+    cfg = CONFIGS["mha_tied"]
+    row = jax.random.randint(jax.random.key(1), (10,), 2, cfg.vocab_size)
+    padded = jnp.concatenate([jnp.full((3,), 5, jnp.int32), row[:7]])  # pad token != 0
+    mask = jnp.stack([jnp.ones(10, bool), jnp.arange(10) >= 3])
+    logits, _ = _full(cfg, _params(cfg), jnp.stack([row, padded]), mask)
+    np.testing.assert_allclose(logits[1, 3:], logits[0, :7], atol=1e-5)
+
+
+def _rope_numpy(x, positions, theta):
+    """Rotate each pair (x_i, x_{i+D/2}) by angle pos * theta^(-2i/D). x [B, T, H, D]."""
+    d = x.shape[-1]
+    out = np.empty_like(x)
+    for i in range(d // 2):
+        angle = positions[:, :, None] * theta ** (-2.0 * i / d)  # [B, T, 1]
+        a, b = x[..., i], x[..., i + d // 2]
+        out[..., i] = a * np.cos(angle) - b * np.sin(angle)
+        out[..., i + d // 2] = b * np.cos(angle) + a * np.sin(angle)
+    return out
+
+
+def test_rope_matches_numpy_and_is_relative():
+    x = np.asarray(jax.random.normal(jax.random.key(0), (2, 5, 3, 8)), np.float32)
+    positions = np.array([[0, 1, 2, 3, 4], [7, 0, 0, 1, 30]])
+    rope = jax.jit(lambda v, p: apply_rope(v, *rope_cos_sin(p, 8, 10000.0)))
+    got = rope(jnp.asarray(x), jnp.asarray(positions))
+    np.testing.assert_allclose(got, _rope_numpy(x, positions, 10000.0), atol=1e-5)
+    # q.k after RoPE depends only on the position difference.
+    q, k = x[:1, :1], x[:1, 1:2]
+    dot = lambda pq, pk: np.sum(
+        _rope_numpy(q, np.array([[pq]]), 1e4) * _rope_numpy(k, np.array([[pk]]), 1e4)
+    )
+    np.testing.assert_allclose(dot(10, 7), dot(3, 0), rtol=1e-4)
+    assert abs(dot(10, 7) - dot(10, 6)) > 1e-3
+
+
+def test_rms_norm_matches_numpy():
+    x = np.asarray(jax.random.normal(jax.random.key(0), (3, 7)), np.float32) * 3.0
+    scale = np.linspace(0.5, 2.0, 7).astype(np.float32)
+    expected = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-6) * scale
+    np.testing.assert_allclose(
+        rms_norm(jnp.asarray(x), jnp.asarray(scale), 1e-6), expected, rtol=1e-5
+    )
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+    cfg = dataclasses.replace(TINY, dtype="bfloat16")
+    params = _params(TINY)  # the parameter tree does not depend on the compute dtype
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+    tokens = jax.random.randint(jax.random.key(0), (2, 10), 2, cfg.vocab_size)
+    logits, _ = _full(cfg, params, tokens)
+    ref, _ = _full(TINY, params, tokens)
+    assert logits.dtype == jnp.float32
+    np.testing.assert_allclose(logits, ref, atol=0.5)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n_kv_heads", 3),
+        ("d_model", 0),
+        ("n_layers", -1),
+        ("vocab_size", 0),
+        ("dtype", "float16"),
+        ("head_dim", 5),
+        ("norm_eps", 0.0),
+        ("max_len", 0),
+    ],
+)
+def test_bad_config_names_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(TINY, **{field: value})
+
+
+def test_cache_requires_index():
+    cfg = TINY
+    params = _params(cfg)
+    with pytest.raises(ValueError, match="cache_index"):
+        CausalLM(cfg).apply(params, jnp.ones((1, 2), jnp.int32), cache=init_cache(cfg, 1, 4))
