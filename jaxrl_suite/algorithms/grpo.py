@@ -49,6 +49,7 @@ class SFTConfig:
     batch_size: int = 64  # examples per update
     lr: float = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10%)
     warmup_steps: int = 20  # linear warm-up steps
+    schedule_steps: int | None = None  # cosine decay horizon (None = steps; larger = stop early)
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # global-norm gradient clipping
 
@@ -154,7 +155,8 @@ class SFTTrainer(LMTrainer):
                          max_new_tokens=max_new_tokens)
         self.config = config
         self.optimizer = make_optimizer(
-            config.lr, warmup_steps=config.warmup_steps, total_steps=config.steps,
+            config.lr, warmup_steps=config.warmup_steps,
+            total_steps=config.schedule_steps or config.steps,
             weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
         )
 

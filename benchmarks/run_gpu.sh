@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# GPU check: the model/sampler/loss tests at full float32 matmul precision, both benchmarks, and
+# the main job, on a machine whose python3 already has jax[cuda], flax, optax, orbax, chex and
+# transformers (no install step). Figures go to ${OUT:-results/gpu}.
+set -uo pipefail
+OUT="${OUT:-results/gpu}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/devices.txt"
+JAX_DEFAULT_MATMUL_PRECISION=highest python3 -m pytest -q -p no:cacheprovider \
+  tests/models tests/sampling tests/losses 2>&1 | tail -n 15 | tee "$OUT/tests.txt"
+python3 benchmarks/bench_sampler.py --out "$OUT/bench_sampler.json" 2>&1 | grep -v WARNING
+python3 benchmarks/bench_grpo.py --out "$OUT/bench_grpo.json" 2>&1 | grep -v WARNING
+python3 -m jaxrl_suite.cli run grpo_arithmetic --no-progress --out "$OUT/grpo_arithmetic" 2>&1 \
+  | grep -v WARNING | tail -n 5
+cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/dev/null || true
