@@ -47,9 +47,11 @@ def fit(
         metrics = {k: float(v) for k, v in metrics.items()}
         if not metrics.pop("finite", 1.0):
             latest = checkpointer.latest_step()
+            kept = (f"the last good checkpoint ({stage} step {latest}) is kept" if latest
+                    else f"no {stage} checkpoint had been written")
             raise NonFiniteError(
-                f"non-finite loss or gradient at {stage} step {n}; the last good checkpoint "
-                f"({stage} step {latest}) in {checkpointer.directory} is kept"
+                f"non-finite loss or gradient at {stage} step {n}; {kept} in "
+                f"{checkpointer.directory}"
             )
         cursor += len(examples)
         if callback is not None:

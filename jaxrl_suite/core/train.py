@@ -1,9 +1,10 @@
 """The one generic `train_step(state, batch) -> (state, metrics)` that every algorithm reuses.
 
 Algorithms differ only in their loss function and their data (STYLE habit 5). The step logs the L2
-norms of the gradients, parameters and updates, and it refuses non-finite updates: if the loss or
-any gradient is NaN/inf the old state is returned unchanged with `metrics["finite"] == False`, and
-the host loop raises `NonFiniteError` before anything is checkpointed.
+norms of the gradients, parameters and updates, and it refuses non-finite updates: if the loss, a
+gradient or the update is NaN/inf, the old state is returned unchanged with
+`metrics["finite"] == False`, and the host loop raises `NonFiniteError` before anything is
+checkpointed.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        update_norm = optax.tree.norm(updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, state)
         metrics = dict(
@@ -81,7 +83,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
             loss=loss,
             grad_norm=grad_norm,
             param_norm=optax.tree.norm(params),
-            update_norm=optax.tree.norm(updates),
+            update_norm=update_norm,
             finite=finite,
         )
         return new, metrics
