@@ -101,3 +101,12 @@ def test_missing_tokenizer_dir_raises(tmp_path):
     missing = tmp_path / "no_such_tokenizer"
     with pytest.raises(FileNotFoundError, match="no_such_tokenizer"):
         load_tokenizer(str(missing))
+
+
+def test_local_hugging_face_directory_loads_through_same_interface(tok, tmp_path):
+    tok.hf.save_pretrained(tmp_path / "tok")  # any HF tokenizer directory, made locally
+    local = load_tokenizer(str(tmp_path / "tok"))
+    assert (local.vocab_size, local.pad_id, local.eos_id) == (384, 0, 1)
+    ids, mask = local.encode_batch(["12+34=", "5+6="], 8)
+    np.testing.assert_array_equal(ids, tok.encode_batch(["12+34=", "5+6="], 8)[0])
+    assert local.decode_batch(ids, mask) == ["12+34=", "5+6="]
