@@ -130,7 +130,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                            **common)
         state, cursor = grpo.init_state(sft_state.params, grpo_key), 0
     t_sft = time.perf_counter() - t_start
-    print(f"[{NAME}] held-out accuracy after SFT:  {sft_eval['accuracy']:.3f}", flush=True)
+    _print(f"[{NAME}] held-out accuracy after SFT:  {sft_eval['accuracy']:.3f}")
 
     # ---- GRPO ----
     def periodic_eval(n, st):
@@ -153,12 +153,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     logger.close()
     for c in ckpt.values():
         c.close()
-    print(f"[{NAME}] held-out accuracy after GRPO: {grpo_eval['accuracy']:.3f}", flush=True)
-
-    records = [r for r in read_metrics(opts.out_dir / "metrics.jsonl") if r["stage"] == "grpo"]
-    plot_curves(records, ["reward", "accuracy", "length"], opts.out_dir / "reward_curve.png",
-                title=f"GRPO on {cfg.task.digits}-digit addition", smooth=10)
-    tps = [r["tokens_per_s"] for r in records[1:]] or [0.0]
+    _print(f"[{NAME}] held-out accuracy after GRPO: {grpo_eval['accuracy']:.3f}")
     summary = {
         "experiment": NAME,
         "sft_heldout_accuracy": sft_eval["accuracy"],
@@ -168,13 +163,24 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         "wall_time_s": time.perf_counter() - t_start,
         "sft_time_s": t_sft,
         "grpo_time_s": t_grpo,
-        "grpo_tokens_per_s_mean": sum(tps) / len(tps),
         "devices": int(mesh.devices.size),
+        "processes": jax.process_count(),
         "resumed": opts.resume,
         "config": to_dict(cfg),
     }
-    write_json(opts.out_dir / "summary.json", summary)
+    if jax.process_index() == 0:  # process 0 writes the files of a multi-host run
+        records = [r for r in read_metrics(opts.out_dir / "metrics.jsonl") if r["stage"] == "grpo"]
+        plot_curves(records, ["reward", "accuracy", "length"], opts.out_dir / "reward_curve.png",
+                    title=f"GRPO on {cfg.task.digits}-digit addition", smooth=10)
+        tps = [r["tokens_per_s"] for r in records[1:]] or [0.0]
+        summary["grpo_tokens_per_s_mean"] = sum(tps) / len(tps)
+        write_json(opts.out_dir / "summary.json", summary)
     return summary
+
+
+def _print(text: str) -> None:
+    if jax.process_index() == 0:
+        print(text, flush=True)
 
 
 EXPERIMENT = Experiment(

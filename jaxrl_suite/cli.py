@@ -12,6 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import jax
+
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError, load_config
 from jaxrl_suite.core.experiment import EXPERIMENTS, RunOptions
@@ -43,11 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard events")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--distributed", action="store_true",
+        help="call jax.distributed.initialize() first (multi-host; run the same command on all)",
+    )
     sub.add_parser("list", help="list the experiments")
     return p
 
 
 def _run(args: argparse.Namespace, configs_dir: Path) -> int:
+    if args.distributed:
+        jax.distributed.initialize()
     exp = EXPERIMENTS.get(args.name)
     config_path = args.config
     if config_path is None and (configs_dir / f"{args.name}.yaml").is_file():
@@ -59,8 +67,12 @@ def _run(args: argparse.Namespace, configs_dir: Path) -> int:
     if args.resume:
         if not ckpt_dir.is_dir() or not any(ckpt_dir.rglob("*")):
             raise CheckpointNotFoundError(f"--resume: no checkpoint found in {ckpt_dir}")
-    elif ckpt_dir.exists():
+    elif ckpt_dir.exists() and jax.process_index() == 0:
         shutil.rmtree(ckpt_dir)  # a fresh run must not mix with an old run's checkpoints
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("jaxrl_suite: output dir ready")
     options = RunOptions(
         out_dir=out_dir, resume=args.resume, tensorboard=args.tensorboard,
         progress=not args.no_progress,

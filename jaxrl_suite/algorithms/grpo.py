@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.core.parallel import replicate, shard_batch
+from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, replicate, shard_batch
 from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
 from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
@@ -132,18 +132,24 @@ class LMTrainer:
         """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
         n_dev = self.mesh.devices.size
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
-        correct, lengths = [], []
+        rows = process_rows(batch_size)
+        stats = []  # per example: [correct, length]
         for start in range(0, len(examples), batch_size):
             chunk = list(examples[start : start + batch_size])
             padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
-            ids, mask = self.encode_prompts(padded)
-            prompt, prompt_mask = shard_batch((ids, mask), self.mesh)
+            local = padded[rows]
+            prompt, prompt_mask = shard_batch(self.encode_prompts(local), self.mesh)
             out = self._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
-            texts = self.tokenizer.decode_batch(np.asarray(out.tokens), np.asarray(out.mask))
-            for text, ex in zip(texts[: len(chunk)], chunk, strict=True):
-                correct.append(self.task.is_correct(text, ex))
-            lengths.extend(np.asarray(out.lengths)[: len(chunk)].tolist())
-        return {"accuracy": float(np.mean(correct)), "length": float(np.mean(lengths))}
+            mask = host_local(out.mask)
+            texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
+            local_stats = np.array(
+                [[self.task.is_correct(t, e), m.sum()] for t, e, m in zip(texts, local, mask,
+                                                                          strict=True)],
+                np.float32,
+            )
+            stats.append(gather_rows(local_stats)[: len(chunk)])
+        stats = np.concatenate(stats)
+        return {"accuracy": float(stats[:, 0].mean()), "length": float(stats[:, 1].mean())}
 
 
 class SFTTrainer(LMTrainer):
@@ -173,8 +179,9 @@ class SFTTrainer(LMTrainer):
         return self.task.examples("train", cursor, self.config.batch_size)
 
     def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
-        prompt, prompt_mask = self.encode_prompts(examples)
-        completion, completion_mask = self.encode_solutions(examples)
+        local = examples[process_rows(len(examples))]  # this process's rows of the global batch
+        prompt, prompt_mask = self.encode_prompts(local)
+        completion, completion_mask = self.encode_solutions(local)
         seq = SeqBatch(*shard_batch((prompt, prompt_mask, completion, completion_mask), self.mesh))
         return self._update(state, seq)
 
@@ -229,30 +236,35 @@ class GRPOTrainer(LMTrainer):
     def rollout(self, state: TrainState, examples: Sequence[Example]):
         """Sample G completions per prompt and score them.
 
+        Each process samples and scores its own prompts (`process_rows`); the rewards of all
+        processes are gathered, so `rewards` and `info` describe the whole global batch.
         Returns (SeqBatch [B*G rows], old_logp [B*G, N], rewards [B, G], info).
         """
         c = self.config
-        group = [e for e in examples for _ in range(c.group_size)]  # prompt i -> rows [iG, (i+1)G)
+        local = examples[process_rows(len(examples))]
+        group = [e for e in local for _ in range(c.group_size)]  # prompt i -> rows [iG, (i+1)G)
         prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         out = self._sample(state.params, prompt, prompt_mask, key)
-        tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
-        texts = self.tokenizer.decode_batch(tokens, mask)
-        scores = np.array([self.task.score(t, e) for t, e in zip(texts, group, strict=True)])
-        rewards = np.array([
-            self.task.reward(t, e, format_weight=c.format_weight)
-            for t, e in zip(texts, group, strict=True)
-        ], np.float32).reshape(len(examples), c.group_size)
+        mask = host_local(out.mask)
+        texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
+        per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
+            [self.task.reward(t, e, format_weight=c.format_weight),
+             self.task.score(t, e) == 1.0, m.sum()]
+            for t, e, m in zip(texts, group, mask, strict=True)
+        ], np.float32))
+        rewards = per_row[:, 0].reshape(len(examples), c.group_size)
         seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
-        info = {"accuracy": float(np.mean(scores == 1.0)), "length": float(mask.sum(1).mean()),
-                "tokens": int(mask.sum()), "texts": texts}
+        info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
+                "tokens": int(per_row[:, 2].sum())}
         return seq, out.logprobs, rewards, info
 
     def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
         t0 = time.perf_counter()
         seq, old_logp, rewards, info = self.rollout(state, examples)
         t_gen = time.perf_counter() - t0
-        advantages = shard_batch(np.asarray(self._advantages(rewards)), self.mesh)
+        advantages = np.asarray(self._advantages(rewards))  # [B*G], the same on every process
+        advantages = shard_batch(advantages[process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
         batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
         for _ in range(self.config.mu):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import jax
 from tqdm.auto import tqdm
 
 from jaxrl_suite.core.checkpoint import Checkpointer
@@ -40,7 +41,8 @@ def fit(
     """
     meta = dict(meta or {})
     start = int(state.step)
-    bar = tqdm(total=num_steps, initial=start, desc=stage, disable=not progress, leave=False)
+    bar = tqdm(total=num_steps, initial=start, desc=stage, leave=False,
+               disable=not progress or jax.process_index() != 0)
     for n in range(start + 1, num_steps + 1):
         examples = trainer.batch(cursor)
         state, metrics = trainer.step(state, examples)

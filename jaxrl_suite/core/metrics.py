@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 
@@ -42,21 +43,24 @@ class MetricsLogger:
 
     On resume, pass `resume_step`: records with `step >= resume_step` (written after the restored
     checkpoint by the run that died) are dropped first, so every step appears exactly once.
+    In a multi-process run only process 0 writes; `log` still returns the record elsewhere.
     """
 
     def __init__(
         self, out_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False
     ):
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / "metrics.jsonl"
+        self._file = self._tb = None
+        if jax.process_index() != 0:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             self.path.write_text("")
         else:
             kept = [r for r in read_metrics(self.path) if r.get("step", -1) < resume_step]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         self._file = self.path.open("a")
-        self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
@@ -67,6 +71,8 @@ class MetricsLogger:
         rec = to_python(dict(record))
         if "step" not in rec:
             raise ValueError("a metrics record needs a 'step' field")
+        if self._file is None:
+            return rec
         self._file.write(json.dumps(rec, allow_nan=True) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -78,7 +84,8 @@ class MetricsLogger:
         return rec
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
 

@@ -6,7 +6,9 @@ replicated; inside `jax.jit` XLA then inserts the gradient all-reduce, so a step
 computes the same global-batch gradient as a step on one device.
 
 Multi-host: call `jax.distributed.initialize()` first on every host; `make_mesh()` then spans all
-hosts' devices and `shard_batch` builds each global array from the host-local slice.
+hosts' devices. Each process handles the rows `process_rows(n)` of a global batch of n rows:
+`shard_batch` builds the global arrays from those host-local rows, `host_local` reads this process's
+rows of a result back, and `gather_rows` collects a host-side per-row array from every process.
 """
 
 from __future__ import annotations
@@ -58,6 +60,33 @@ def shard_batch(batch, mesh: Mesh):
         return jax.make_array_from_process_local_data(sharding, x)
 
     return jax.tree.map(put, batch)
+
+
+def process_rows(n: int) -> slice:
+    """This process's share of `n` global rows: rows [p*n/k, (p+1)*n/k) of process p out of k."""
+    k, p = jax.process_count(), jax.process_index()
+    if n % k:
+        raise ValueError(f"a global batch of {n} rows must be divisible by the {k} processes")
+    return slice(p * n // k, (p + 1) * n // k)
+
+
+def host_local(x: jax.Array) -> np.ndarray:
+    """This process's rows of an array sharded along its leading axis (all rows on one host)."""
+    if x.is_fully_addressable:
+        return np.asarray(x)
+    by_start = {}
+    for shard in x.addressable_shards:  # replicas along other axes repeat a row range
+        by_start.setdefault(shard.index[0].start or 0, shard.data)
+    return np.concatenate([np.asarray(by_start[s]) for s in sorted(by_start)])
+
+
+def gather_rows(local: np.ndarray) -> np.ndarray:
+    """Concatenate every process's host-local rows in process order (identity on one host)."""
+    if jax.process_count() == 1:
+        return np.asarray(local)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(np.asarray(local), tiled=True))
 
 
 def replicate(tree, mesh: Mesh):
