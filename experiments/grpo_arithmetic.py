@@ -37,9 +37,9 @@ NAME = "grpo_arithmetic"
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
     name: str = "arithmetic"  # registered text task (see jaxrl_suite.envs.text.TASKS)
-    digits: int = 3  # operand digits
+    digits: int = 2  # operand digits
     seed: int = 0  # seed of the task's example generator (train and test splits are disjoint)
-    prompt_len: int = 16  # prompts are left-padded to this many tokens
+    prompt_len: int = 6  # prompts are left-padded to this many tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,20 @@ def _check_lengths(task, tokenizer, cfg: Config, n: int = 256) -> None:
             raise ConfigError(f"config field '{field}' is {have} but this task needs {need} tokens")
 
 
+def _check_batches(cfg: Config, n_devices: int) -> None:
+    """Every batch splits evenly over the devices, and GRPO's prompts over the processes."""
+    rows = {"sft.batch_size": cfg.sft.batch_size,
+            "grpo.prompts_per_step": cfg.grpo.prompts_per_step * cfg.grpo.group_size,
+            "eval.batch_size": cfg.eval.batch_size}
+    for field, n in rows.items():
+        if n % n_devices:
+            raise ConfigError(f"config field '{field}' gives {n} rows per batch, which does not "
+                              f"divide evenly over {n_devices} devices")
+    if cfg.grpo.prompts_per_step % jax.process_count():
+        raise ConfigError(f"config field 'grpo.prompts_per_step' must divide by the "
+                          f"{jax.process_count()} processes")
+
+
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
     tokenizer = load_tokenizer(cfg.run.tokenizer)
@@ -90,6 +104,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     task = make_task(cfg.task.name, digits=cfg.task.digits, seed=cfg.task.seed)
     _check_lengths(task, tokenizer, cfg)
     mesh = make_mesh(cfg.run.num_devices)
+    _check_batches(cfg, int(mesh.devices.size))
     model = CausalLM(cfg.model)
     init_key, sft_key, grpo_key = jax.random.split(jax.random.PRNGKey(cfg.run.seed), 3)
     params = model.init(init_key, jax.numpy.zeros((1, cfg.task.prompt_len), jax.numpy.int32))

@@ -53,6 +53,9 @@ class SFTConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # global-norm gradient clipping
 
+    def __post_init__(self):
+        _check_positive(self, "steps", "batch_size")
+
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
@@ -74,6 +77,18 @@ class GRPOConfig:
     adv_scale: Literal["group", "batch", "none"] = "group"  # advantage std normalisation
     adv_eps: float = 1e-4  # added to the std in advantage normalisation
     format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
+
+    def __post_init__(self):
+        _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (GRPO compares completions within a "
+                             f"group), got {self.group_size}")
+
+
+def _check_positive(config, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
 
 
 class SeqBatch(NamedTuple):

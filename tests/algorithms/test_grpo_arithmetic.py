@@ -88,6 +88,11 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
         (["run", "grpo_arithmetic", "--set", "grpo.loss_type=ppo"], "'grpo.loss_type'"),
         (["run", "grpo_arithmetic", "--resume", "--out", "{tmp}/none"], "no checkpoint found"),
         (["run", "grpo_arithmetic", "--config", "{tmp}/nope.yaml"], "config file not found"),
+        (["run", "grpo_arithmetic", "--smoke", "--set", "sft.batch_size=0"],
+         "'sft': batch_size must be positive"),
+        (["run", "grpo_arithmetic", "--set", "grpo.group_size=1"], "group_size must be >= 2"),
+        (["run", "grpo_arithmetic", "--smoke", "--set", "grpo.max_new_tokens=8"],
+         "'grpo.max_new_tokens'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
@@ -100,3 +105,13 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
 def test_list(capsys):
     assert main(["list"]) == 0
     assert "grpo_arithmetic" in capsys.readouterr().out
+
+
+def test_batches_must_split_over_devices():
+    from experiments.grpo_arithmetic import _check_batches
+    from jaxrl_suite.core.config import ConfigError
+
+    cfg = load_config(Config, CONFIG, ["grpo.prompts_per_step=3", "grpo.group_size=2"])
+    _check_batches(cfg, 2)
+    with pytest.raises(ConfigError, match="'grpo.prompts_per_step' gives 6 rows"):
+        _check_batches(cfg, 4)
