@@ -19,6 +19,7 @@ GRPO step (DeepSeekMath, arXiv 2402.03300):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
@@ -116,6 +117,13 @@ def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
 
 
+@functools.cache
+def _greedy_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: int):
+    """One jitted greedy sampler per model and length, shared by the SFT and GRPO evaluations."""
+    return make_generate(model, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         greedy=True)
+
+
 class LMTrainer:
     """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation."""
 
@@ -125,10 +133,7 @@ class LMTrainer:
     ):
         self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
-        self._greedy = make_generate(
-            model, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
-            pad_id=tokenizer.pad_id, greedy=True,
-        )
+        self._greedy = _greedy_sampler(model, max_new_tokens, tokenizer.eos_id, tokenizer.pad_id)
 
     def encode_prompts(self, examples: Sequence[Example]):
         return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
