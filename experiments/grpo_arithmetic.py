@@ -80,10 +80,12 @@ def _check_lengths(task, tokenizer, cfg: Config, n: int = 256) -> None:
 
 
 def _check_batches(cfg: Config, n_devices: int) -> None:
-    """Every batch splits evenly over the devices, and GRPO's prompts over the processes."""
+    """Training batches split evenly over the devices, and GRPO's prompts over the processes.
+
+    (Evaluation rounds its batch to a multiple of the device count itself.)
+    """
     rows = {"sft.batch_size": cfg.sft.batch_size,
-            "grpo.prompts_per_step": cfg.grpo.prompts_per_step * cfg.grpo.group_size,
-            "eval.batch_size": cfg.eval.batch_size}
+            "grpo.prompts_per_step": cfg.grpo.prompts_per_step * cfg.grpo.group_size}
     for field, n in rows.items():
         if n % n_devices:
             raise ConfigError(f"config field '{field}' gives {n} rows per batch, which does not "

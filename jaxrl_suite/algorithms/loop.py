@@ -49,10 +49,10 @@ def fit(
         metrics = {k: float(v) for k, v in metrics.items()}
         if not metrics.pop("finite", 1.0):
             latest = checkpointer.latest_step()
-            kept = (f"the last good checkpoint ({stage} step {latest}) is kept" if latest
-                    else f"no {stage} checkpoint had been written")
+            kept = (f"the last good checkpoint ({stage} step {latest}) is kept"
+                    if latest is not None else f"no {stage} checkpoint had been written")
             raise NonFiniteError(
-                f"non-finite loss or gradient at {stage} step {n}; {kept} in "
+                f"non-finite loss, gradient or update at {stage} step {n}; {kept} in "
                 f"{checkpointer.directory}"
             )
         cursor += len(examples)

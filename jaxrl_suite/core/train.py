@@ -19,7 +19,7 @@ import optax
 
 
 class NonFiniteError(FloatingPointError):
-    """Training produced a non-finite loss or gradient; the message is one line."""
+    """Training produced a non-finite loss, gradient or update; the message is one line."""
 
 
 @flax.struct.dataclass
