@@ -1,6 +1,7 @@
 """Experiment scripts, one per paper; each registers itself in `EXPERIMENTS` here."""
 
-from experiments import grpo_arithmetic
+from experiments import carl_generalization, grpo_arithmetic, space_curriculum
 from jaxrl_suite.core.experiment import EXPERIMENTS
 
-EXPERIMENTS.register(grpo_arithmetic.EXPERIMENT.name, grpo_arithmetic.EXPERIMENT)
+for _module in (grpo_arithmetic, carl_generalization, space_curriculum):
+    EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)

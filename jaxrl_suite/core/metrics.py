@@ -137,3 +137,46 @@ def plot_curves(
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def median_iqr(x, axis: int = 0) -> dict[str, Any]:
+    """Median and interquartile range (25th, 75th percentiles) along `axis`, NaNs ignored."""
+    x = np.asarray(x, np.float64)
+    q25, med, q75 = np.nanpercentile(x, [25, 50, 75], axis=axis)
+    return {"median": med, "q25": q25, "q75": q75}
+
+
+def plot_iqr_bands(
+    x,
+    curves: Mapping[str, Any],
+    path: str | Path,
+    *,
+    xlabel: str = "step",
+    ylabel: str = "",
+    title: str = "",
+    hline: float | None = None,
+) -> None:
+    """One line per entry of `curves` ([seeds, len(x)] arrays): the median with an IQR band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    x = np.asarray(x)
+    for name, ys in curves.items():
+        s = median_iqr(ys, axis=0)
+        (line,) = ax.plot(x, s["median"], lw=2, label=name)
+        ax.fill_between(x, s["q25"], s["q75"], color=line.get_color(), alpha=0.2)
+    if hline is not None:
+        ax.axhline(hline, color="k", ls="--", lw=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

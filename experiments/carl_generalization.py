@@ -1,0 +1,228 @@
+"""CARL: does a visible context help PPO generalise to held-out CartPole physics?
+
+Claim checked (Benjamins et al., "Contextualize Me -- The Case for Context in Reinforcement
+Learning", TMLR 2023; CARL): training on a context distribution and making the context visible to
+the agent closes part of the generalisation gap to unseen contexts.
+
+    jaxrl-suite run carl_generalization            # full size (8 seeds x 3 variants x 5e5 steps)
+    jaxrl-suite run carl_generalization --smoke    # seconds; what the tests run
+
+Variants (all PPO, PureJaxRL's CartPole settings, seeds vmapped in one program each):
+  default_hidden  - trained on the default context only
+  dist_hidden     - trained on contexts drawn uniformly within +-train_width of the defaults,
+                    context not observed
+  dist_visible    - the same distribution, the context features appended to the observation
+Each is evaluated (deterministic policy) on a grid of pole length x gravity that reaches well
+outside the training box. Writes results/carl_generalization/{summary.json, metrics.jsonl,
+heatmap.png, learning_curves.png}; checkpoints after every chunk, so `--resume` loses nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+import time
+
+import numpy as np
+
+from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import (
+    MetricsLogger,
+    median_iqr,
+    plot_iqr_bands,
+    write_json,
+)
+from jaxrl_suite.envs.contextual import CONTEXT_SPACES
+
+NAME = "carl_generalization"
+VARIANTS = ("default_hidden", "dist_hidden", "dist_visible")
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextConfig:
+    features: tuple[str, ...] = ("length", "gravity")  # the two varied features (grid axes)
+    train_width: float = 0.5  # training contexts: default * (1 + U(-w, w)) per feature
+    grid_x: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)  # eval values of features[0]
+    grid_y: tuple[float, ...] = (2.0, 5.0, 9.8, 20.0, 40.0)  # eval values of features[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    seeds: int = 8  # vmapped seeds per variant
+    variants: tuple[str, ...] = VARIANTS
+    chunks: int = 4  # evaluate on the grid (and checkpoint) this many times during training
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    ppo: PPOConfig = dataclasses.field(
+        default_factory=lambda: PPOConfig(env="CartPole-v1", eval_episodes=2)
+    )
+    context: ContextConfig = dataclasses.field(default_factory=ContextConfig)
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+
+    def __post_init__(self):
+        unknown = set(self.run.variants) - set(VARIANTS)
+        if unknown:
+            raise ValueError(f"run.variants: unknown {sorted(unknown)}; valid: {list(VARIANTS)}")
+        if len(self.context.features) != 2:
+            raise ValueError("context.features must name exactly two features (the grid axes)")
+        if self.ppo.num_updates % self.run.chunks:
+            raise ValueError(
+                f"run.chunks={self.run.chunks} must divide the {self.ppo.num_updates} iterations"
+            )
+
+
+def variant_config(cfg: Config, variant: str) -> PPOConfig:
+    hidden = variant != "dist_visible"
+    return dataclasses.replace(
+        cfg.ppo,
+        context_features=cfg.context.features,
+        visible_features=() if hidden else cfg.context.features,
+        context_sampler="default" if variant == "default_hidden" else "uniform",
+        context_width=0.0 if variant == "default_hidden" else cfg.context.train_width,
+        eval_every=cfg.ppo.num_updates // cfg.run.chunks,
+    )
+
+
+def eval_grid(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """[M, 2] grid contexts (x-major) and a boolean [M] mask of those inside the training box."""
+    grid = np.array(list(itertools.product(cfg.context.grid_x, cfg.context.grid_y)), np.float32)
+    space = CONTEXT_SPACES[cfg.ppo.env]
+    defaults = np.array([space[f][0] for f in cfg.context.features], np.float32)
+    w = cfg.context.train_width
+    inside = np.all(np.abs(grid / defaults - 1.0) <= w + 1e-6, axis=1)
+    return grid, inside
+
+
+def run(cfg: Config, opts: RunOptions) -> dict:
+    t0 = time.perf_counter()
+    grid, inside = eval_grid(cfg)
+    space = CONTEXT_SPACES[cfg.ppo.env]
+    defaults = np.array([space[f][0] for f in cfg.context.features], np.float32)
+    is_default = np.all(np.isclose(grid, defaults), axis=1)
+    ckpts = {v: Checkpointer(opts.out_dir / "checkpoints" / v, keep=1) for v in cfg.run.variants}
+    resume_step = resume_record_step(ckpts, cfg.run.variants, cfg.run.chunks) if opts.resume \
+        else None
+    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
+    results, curves = {}, {}
+    for v_idx, variant in enumerate(cfg.run.variants):
+        pcfg = variant_config(cfg, variant)
+        steps_per_chunk = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps
+
+        def on_chunk(c, n, metrics, evals, variant=variant, v_idx=v_idx, spc=steps_per_chunk):
+            step = v_idx * n + c + 1
+            record = {
+                "step": step, "variant": variant, "env_steps": (c + 1) * spc,
+                "train_return": float(np.nanmean(metrics["episode_return"][:, -10:])),
+                "grid_return": float(evals.mean()),
+            }
+            logger.log(record)
+            _print(f"[{NAME}] {variant}: chunk {c + 1}/{n}, train return "
+                   f"{record['train_return']:.1f}, mean grid return {record['grid_return']:.1f}",
+                   opts)
+
+        metrics, evals = train_seeds(
+            pcfg, cfg.run.seeds, eval_contexts=grid, checkpointer=ckpts[variant],
+            resume=opts.resume, on_chunk=on_chunk,
+        )
+        ckpts[variant].close()
+        final = evals[:, -1]  # [S, M] returns after training
+        per_seed = {
+            "default_context": final[:, is_default].mean(axis=1) if is_default.any() else None,
+            "in_distribution": final[:, inside].mean(axis=1),
+            "held_out": final[:, ~inside].mean(axis=1),
+            "grid": final.mean(axis=1),
+        }
+        results[variant] = {
+            "grid_median": np.median(final, axis=0).reshape(len(cfg.context.grid_x), -1),
+            **{k: {**median_iqr(v), "per_seed": v} for k, v in per_seed.items() if v is not None},
+            "gap": {**median_iqr(per_seed["in_distribution"] - per_seed["held_out"])},
+        }
+        curves[variant] = evals.mean(axis=2)  # [S, chunks] mean grid return over training
+    logger.close()
+
+    summary = {
+        "config": to_dict(cfg),
+        "grid_x": list(cfg.context.grid_x), "grid_y": list(cfg.context.grid_y),
+        "features": list(cfg.context.features), "inside_training_box": inside.tolist(),
+        "results": results, "wall_time_s": time.perf_counter() - t0,
+    }
+    if {"dist_hidden", "dist_visible"} <= set(results):
+        hid = results["dist_hidden"]["held_out"]["median"]
+        vis = results["dist_visible"]["held_out"]["median"]
+        summary["claim"] = {
+            "held_out_median_hidden": hid, "held_out_median_visible": vis,
+            "visible_minus_hidden": vis - hid,
+            "gap_median_hidden": results["dist_hidden"]["gap"]["median"],
+            "gap_median_visible": results["dist_visible"]["gap"]["median"],
+        }
+    write_json(opts.out_dir / "summary.json", summary)
+    _heatmap(cfg, results, inside, opts.out_dir / "heatmap.png")
+    chunk_steps = (cfg.ppo.num_updates // cfg.run.chunks) * cfg.ppo.num_envs * cfg.ppo.num_steps
+    x = chunk_steps * np.arange(1, cfg.run.chunks + 1)
+    plot_iqr_bands(x, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
+                   ylabel="mean return over the eval grid",
+                   title=f"CARL {cfg.ppo.env}: median and IQR over {cfg.run.seeds} seeds")
+    _print(_table(cfg, results), opts)
+    return summary
+
+
+def _table(cfg: Config, results: dict) -> str:
+    lines = [f"[{NAME}] final deterministic return, median [IQR] over {cfg.run.seeds} seeds",
+             f"{'variant':<16}{'default ctx':>22}{'in-dist grid':>22}{'held-out grid':>22}"]
+    for variant, r in results.items():
+        cells = []
+        for k in ("default_context", "in_distribution", "held_out"):
+            s = r.get(k)
+            cells.append(f"{s['median']:.1f} [{s['q25']:.1f}, {s['q75']:.1f}]" if s else "-")
+        lines.append(f"{variant:<16}" + "".join(f"{c:>22}" for c in cells))
+    return "\n".join(lines)
+
+
+def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    fx, fy = cfg.context.features
+    for ax, (variant, r) in zip(axes[0], results.items(), strict=True):
+        z = np.asarray(r["grid_median"]).T  # rows: y (gravity), cols: x (length)
+        im = ax.imshow(z, origin="lower", vmin=0, vmax=500, cmap="viridis")
+        for (i, j), val in np.ndenumerate(z):
+            ax.text(j, i, f"{val:.0f}", ha="center", va="center", fontsize=7,
+                    color="w" if val < 300 else "k")
+        box = inside.reshape(len(cfg.context.grid_x), -1).T
+        for (i, j), b in np.ndenumerate(box):
+            if b:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="r", lw=1.5))
+        ax.set_xticks(range(len(cfg.context.grid_x)), [f"{v:g}" for v in cfg.context.grid_x])
+        ax.set_yticks(range(len(cfg.context.grid_y)), [f"{v:g}" for v in cfg.context.grid_y])
+        ax.set_xlabel(fx)
+        ax.set_ylabel(fy)
+        ax.set_title(variant)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="median return (red: training box)")
+    fig.suptitle(f"CARL {cfg.ppo.env}: held-out contexts, {cfg.run.seeds} seeds")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _print(text: str, opts: RunOptions) -> None:
+    del opts  # printed in every mode: these are the experiment's results
+    print(text, file=sys.stdout, flush=True)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    config_cls=Config,
+    run=run,
+    description="CARL: PPO with hidden vs visible context on held-out CartPole physics",
+)

@@ -1,0 +1,208 @@
+"""SPaCE vs round-robin, random and SPDRL curricula on a family of CartPole instances.
+
+Claim checked (Eimer, Biedenkapp, Hutter, Lindauer, "Self-Paced Context Evaluation for Contextual
+Reinforcement Learning", ICML 2021): ordering the training instances by the critic's value
+improvement (SPaCE) learns the whole instance set faster than cycling through it (round robin).
+
+    jaxrl-suite run space_curriculum            # full size (8 seeds x 4 curricula x 5e5 steps)
+    jaxrl-suite run space_curriculum --smoke    # seconds; what the tests run
+
+The instance set is a grid of pole lengths x force magnitudes (24 instances by default); the
+context is visible to the agent (SPaCE ranks instances by V(s0 | c), which needs it). Every
+curriculum trains PPO with the same settings and seeds; after every `eval_every` iterations the
+deterministic policy is evaluated on all instances. Reported: environment steps until the mean
+return over the full instance set first reaches `threshold` (median over seeds; seeds that never
+reach it count as not reached), and learning curves with IQR bands. Writes
+results/space_curriculum/{summary.json, metrics.jsonl, learning_curves.png}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+import time
+
+import numpy as np
+
+from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import MetricsLogger, median_iqr, plot_iqr_bands, write_json
+from jaxrl_suite.curricula import make_curriculum
+from jaxrl_suite.envs.contextual import CONTEXT_SPACES
+
+NAME = "space_curriculum"
+CURRICULA = ("space", "round_robin", "random", "spdrl")
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceConfig:
+    features: tuple[str, ...] = ("length", "force_mag")
+    values_x: tuple[float, ...] = (0.15, 0.3, 0.5, 0.8, 1.2, 1.8)  # features[0]
+    values_y: tuple[float, ...] = (3.0, 6.0, 10.0, 15.0)  # features[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceConfig:
+    eta: float = 0.1  # stagnation threshold on the relative change of the mean value
+    kappa: int = 1  # instances added when the set stagnates (and the initial set size)
+    ordering: str = "improvement"  # "improvement" | "relative_improvement" | "absolute"
+    initial: str = "random"  # initial set: "random" kappa instances or the "first" kappa
+
+
+@dataclasses.dataclass(frozen=True)
+class SpdrlConfig:
+    epsilon: float = 0.25  # KL trust region per update
+    alpha_offset: int = 10  # updates before the pull toward the target starts
+    zeta: float = 1.6  # alpha = zeta * mean V / KL(p || mu)
+    num_samples: int = 64  # contexts drawn per update for the value estimate
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    seeds: int = 8
+    curricula: tuple[str, ...] = CURRICULA
+    threshold: float = 400.0  # mean return over all instances (80 % of CartPole's max of 500)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    ppo: PPOConfig = dataclasses.field(
+        default_factory=lambda: PPOConfig(env="CartPole-v1", eval_every=61)
+    )
+    instances: InstanceConfig = dataclasses.field(default_factory=InstanceConfig)
+    space: SpaceConfig = dataclasses.field(default_factory=SpaceConfig)
+    spdrl: SpdrlConfig = dataclasses.field(default_factory=SpdrlConfig)
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+
+    def __post_init__(self):
+        unknown = set(self.run.curricula) - set(CURRICULA)
+        if unknown:
+            raise ValueError(f"run.curricula: unknown {sorted(unknown)}; valid: {list(CURRICULA)}")
+        if len(self.instances.features) != 2:
+            raise ValueError("instances.features must name exactly two features")
+        if not self.ppo.eval_every:
+            raise ValueError("ppo.eval_every must be > 0 (the learning curves need evaluations)")
+
+
+def instance_set(cfg: Config) -> np.ndarray:
+    ic = cfg.instances
+    return np.array(list(itertools.product(ic.values_x, ic.values_y)), np.float32)
+
+
+def build_curriculum(cfg: Config, name: str, instances: np.ndarray):
+    if name == "space":
+        s = cfg.space
+        return make_curriculum("space", instances, eta=s.eta, kappa=s.kappa, ordering=s.ordering,
+                               initial=s.initial)
+    if name == "spdrl":
+        space = CONTEXT_SPACES[cfg.ppo.env]
+        lower = np.array([space[f][1] for f in cfg.instances.features], np.float32)
+        upper = np.array([space[f][2] for f in cfg.instances.features], np.float32)
+        d = cfg.spdrl
+        return make_curriculum(
+            "spdrl", instances, epsilon=d.epsilon, alpha_offset=d.alpha_offset, zeta=d.zeta,
+            num_samples=d.num_samples, lower=lower, upper=np.minimum(upper, 1e6),
+        )
+    return make_curriculum(name, instances)
+
+
+def steps_to_threshold(curve: np.ndarray, steps: np.ndarray, threshold: float) -> float:
+    """First entry of `steps` where `curve` >= threshold; inf if never."""
+    hit = np.nonzero(curve >= threshold)[0]
+    return float(steps[hit[0]]) if hit.size else float("inf")
+
+
+def run(cfg: Config, opts: RunOptions) -> dict:
+    t0 = time.perf_counter()
+    instances = instance_set(cfg)
+    pcfg = dataclasses.replace(
+        cfg.ppo, context_features=cfg.instances.features, visible_features=cfg.instances.features
+    )
+    num_chunks = pcfg.num_updates // pcfg.eval_every
+    chunk_steps = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps
+    steps = chunk_steps * np.arange(1, num_chunks + 1)
+    ckpts = {c: Checkpointer(opts.out_dir / "checkpoints" / c, keep=1) for c in cfg.run.curricula}
+    resume_step = resume_record_step(ckpts, cfg.run.curricula, num_chunks) if opts.resume \
+        else None
+    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
+    results, curves = {}, {}
+    for c_idx, name in enumerate(cfg.run.curricula):
+
+        def on_chunk(c, n, metrics, evals, name=name, c_idx=c_idx):
+            record = {"step": c_idx * n + c + 1, "curriculum": name, "env_steps": int(steps[c]),
+                      "mean_return_all_instances": float(np.median(evals.mean(axis=1))),
+                      "train_return": float(np.nanmean(metrics["episode_return"][:, -10:]))}
+            for k, v in metrics.items():
+                if k.startswith("curriculum/"):
+                    record[k] = float(np.median(v[:, -1]))
+            logger.log(record)
+            if opts.progress:
+                _print(f"[{NAME}] {name}: {c + 1}/{n}, median mean return over instances "
+                       f"{record['mean_return_all_instances']:.1f}")
+
+        curriculum = build_curriculum(cfg, name, instances)
+        metrics, evals = train_seeds(
+            pcfg, cfg.run.seeds, curriculum=curriculum, eval_contexts=instances,
+            checkpointer=ckpts[name], resume=opts.resume, on_chunk=on_chunk,
+        )
+        ckpts[name].close()
+        curve = evals.mean(axis=2)  # [S, chunks] mean return over all instances
+        reach = np.array([steps_to_threshold(s, steps, cfg.run.threshold) for s in curve])
+        curves[name] = curve
+        results[name] = {
+            "steps_to_threshold_per_seed": reach,
+            "steps_to_threshold_median": float(np.median(reach)),
+            "seeds_reached": int(np.isfinite(reach).sum()),
+            "final_mean_return": median_iqr(curve[:, -1]),
+            "auc_mean_return": median_iqr(curve.mean(axis=1)),
+            "final_curriculum_metrics": {k: float(np.median(v[:, -1])) for k, v in metrics.items()
+                                         if k.startswith("curriculum/")},
+        }
+    logger.close()
+    summary = {
+        "config": to_dict(cfg), "instances": instances, "env_steps": steps,
+        "threshold": cfg.run.threshold, "results": results,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    if {"space", "round_robin"} <= set(results):
+        summary["claim"] = {
+            "space_steps_median": results["space"]["steps_to_threshold_median"],
+            "round_robin_steps_median": results["round_robin"]["steps_to_threshold_median"],
+            "space_auc_median": results["space"]["auc_mean_return"]["median"],
+            "round_robin_auc_median": results["round_robin"]["auc_mean_return"]["median"],
+        }
+    write_json(opts.out_dir / "summary.json", summary)
+    plot_iqr_bands(
+        steps, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
+        ylabel=f"mean return over {len(instances)} instances", hline=cfg.run.threshold,
+        title=f"Curricula on {cfg.ppo.env}: median and IQR over {cfg.run.seeds} seeds",
+    )
+    lines = [f"[{NAME}] steps to mean return >= {cfg.run.threshold:g} on all {len(instances)} "
+             f"instances (median over {cfg.run.seeds} seeds)",
+             f"{'curriculum':<14}{'steps (median)':>16}{'reached':>9}{'final return':>26}"
+             f"{'mean over training':>26}"]
+    for name, r in results.items():
+        f, a = r["final_mean_return"], r["auc_mean_return"]
+        lines.append(
+            f"{name:<14}{r['steps_to_threshold_median']:>16,.0f}"
+            f"{r['seeds_reached']:>6}/{cfg.run.seeds:<2}"
+            f"{f['median']:>12.1f} [{f['q25']:.0f}, {f['q75']:.0f}]"
+            f"{a['median']:>12.1f} [{a['q25']:.0f}, {a['q75']:.0f}]"
+        )
+    _print("\n".join(lines))
+    return summary
+
+
+def _print(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    config_cls=Config,
+    run=run,
+    description="SPaCE vs round-robin, random and SPDRL curricula on 24 CartPole instances",
+)

@@ -1,0 +1,174 @@
+"""PPO: learning smoke test, seeds/grid sweeps, contexts and curricula, evaluation, resume."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_suite.algorithms.ppo import (
+    PPO,
+    PPOConfig,
+    make_train,
+    run_seeds,
+    seed_keys,
+    sweep,
+    train_seeds,
+)
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.curricula import make_curriculum
+
+# 4 envs x 32 steps, 2 minibatches: small enough to compile and run in seconds.
+SMALL = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6, num_minibatches=2)
+
+
+def test_cartpole_return_goes_up_for_two_seeds():
+    cfg = PPOConfig(num_envs=4, num_steps=128, total_timesteps=4 * 128 * 30)
+    metrics = run_seeds(cfg, 2)
+    ret = np.asarray(metrics["episode_return"])  # [2, 30]
+    assert ret.shape == (2, 30)
+    first, last = np.nanmean(ret[:, :5], axis=1), np.nanmean(ret[:, -5:], axis=1)
+    assert np.all(last > first), (first, last)
+    for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+        assert np.all(np.isfinite(np.asarray(metrics[k]))), k
+
+
+def test_vmapped_seeds_equal_single_runs_and_differ_from_each_other():
+    train = make_train(SMALL)
+    keys = seed_keys([3, 4])
+    _, batched = jax.jit(jax.vmap(train))(keys)
+    _, single = jax.jit(train)(keys[1])
+    np.testing.assert_allclose(batched["value_loss"][1], single["value_loss"], rtol=2e-4)
+    assert not np.allclose(batched["value_loss"][0], batched["value_loss"][1])
+
+
+def test_grid_sweep_matches_runs_with_those_hyperparameters():
+    points, metrics = sweep(SMALL, 2, {"lr": [1e-3, 1e-4], "clip_eps": [0.1]})
+    assert points == [{"lr": 1e-3, "clip_eps": 0.1}, {"lr": 1e-4, "clip_eps": 0.1}]
+    assert metrics["value_loss"].shape == (2, 2, SMALL.num_updates)
+    _, ref = jax.jit(make_train(dataclasses.replace(SMALL, lr=1e-4, clip_eps=0.1)))(
+        seed_keys([1])[0]
+    )
+    np.testing.assert_allclose(metrics["value_loss"][1, 1], ref["value_loss"], rtol=2e-4)
+    assert not np.allclose(metrics["value_loss"][0, 1], metrics["value_loss"][1, 1])
+
+
+def test_sweep_rejects_structural_hyperparameters():
+    with pytest.raises(ValueError, match="num_envs"):
+        sweep(SMALL, 1, {"num_envs": [2, 4]})
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"num_minibatches": 3}, "num_minibatches"),
+        ({"total_timesteps": 10}, "total_timesteps"),
+        ({"eval_every": 4}, "eval_every"),
+        ({"context_sampler": "uniform"}, "context_features"),
+    ],
+)
+def test_config_errors_name_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(SMALL, **changes)
+
+
+def test_unknown_context_feature_is_rejected():
+    with pytest.raises(ValueError, match="wingspan"):
+        PPO(dataclasses.replace(SMALL, context_features=("wingspan",)))
+
+
+def test_continuous_actions_on_pendulum_train_with_finite_losses():
+    cfg = dataclasses.replace(SMALL, env="Pendulum-v1")
+    runner, metrics = jax.jit(make_train(cfg))(jax.random.key(0))
+    assert runner.params["params"]["log_std"].shape == (1,)
+    assert np.all(np.isfinite(np.asarray(metrics["policy_loss"])))
+    assert np.all(np.asarray(metrics["episode_return"][~np.isnan(metrics["episode_return"])]) < 0)
+
+
+def test_each_env_in_the_batch_carries_its_own_sampled_context():
+    cfg = dataclasses.replace(
+        SMALL, context_features=("length", "gravity"), visible_features=("length",),
+        context_sampler="uniform", context_width=0.5,
+    )
+    ppo = PPO(cfg)
+    runner = ppo.init(jax.random.key(0), cfg.hparams())
+    lengths = np.asarray(runner.env_state.params.length)
+    assert lengths.shape == (4,) and len(np.unique(lengths)) == 4
+    assert np.all((lengths >= 0.25 - 1e-6) & (lengths <= 0.75 + 1e-6))
+    # Visible length, normalised by its default 0.5, is the last observation entry.
+    np.testing.assert_allclose(runner.obs[:, -1], lengths / 0.5, rtol=1e-6)
+    # Derived field recomputed per env.
+    np.testing.assert_allclose(
+        runner.env_state.params.polemass_length, 0.1 * lengths, rtol=1e-6
+    )
+
+
+def test_evaluate_matches_a_python_episode_loop():
+    cfg = dataclasses.replace(SMALL, context_features=("length",), eval_episodes=1)
+    ppo = PPO(cfg, eval_contexts=np.array([[0.3], [1.5]], np.float32))
+    params = ppo.network.init(jax.random.key(1), jnp.zeros((ppo.env.obs_dim,)))
+    key = jax.random.key(7)
+    got = np.asarray(jax.jit(ppo.evaluate)(params, key))
+    k_reset, k_run = jax.random.split(key)
+    reset_keys = jax.random.split(k_reset, 2)
+    horizon = int(ppo.default_params.max_steps_in_episode)
+    run_keys = jax.random.split(k_run, horizon)
+    step = jax.jit(ppo.env.step)
+    for i, length in enumerate([0.3, 1.5]):
+        env_params = ppo.params_for(jnp.array([[length]]))
+        env_params = jax.tree.map(lambda x: x[0], env_params)
+        obs, state = ppo.env.reset(reset_keys[i], env_params)
+        total = 0.0
+        for t in range(horizon):
+            dist, _ = ppo.network.apply(params, obs)
+            k_env = jax.random.split(jax.random.split(run_keys[t])[1], 2)[i]
+            obs, state, r, term, trunc, _ = step(k_env, state, dist.mode(), env_params)
+            total += float(r)
+            if bool(term) or bool(trunc):
+                break
+        assert got[i] == pytest.approx(total), (length, got[i], total)
+
+
+def test_curriculum_runs_inside_the_jitted_vmapped_train():
+    cfg = dataclasses.replace(
+        SMALL, context_features=("length",), visible_features=("length",), eval_every=3
+    )
+    instances = np.linspace(0.2, 1.5, 20, dtype=np.float32)[:, None]
+    space = make_curriculum("space", instances, eta=1e9)  # always "stagnant": grows every check
+    train = make_train(cfg, space, eval_contexts=instances)
+    _, metrics = jax.jit(jax.vmap(train))(seed_keys(2))
+    sizes = np.asarray(metrics["curriculum/set_size"])
+    np.testing.assert_array_equal(sizes[0], [1, 2, 3, 4, 5, 6])  # no growth at the first check
+    assert metrics["eval_returns"].shape == (2, 2, 20)
+
+
+def test_killed_run_resumes_to_the_same_numbers(tmp_path):
+    cfg = dataclasses.replace(SMALL, eval_every=2, context_features=("length",),
+                              context_sampler="uniform", context_width=0.2)
+    contexts = np.array([[0.4], [0.6]], np.float32)
+    straight, straight_ev = train_seeds(cfg, 2, eval_contexts=contexts)
+    _, ref = jax.jit(jax.vmap(make_train(cfg, eval_contexts=contexts)))(seed_keys(2))
+    np.testing.assert_allclose(straight["value_loss"], ref["value_loss"], rtol=2e-4)
+    np.testing.assert_allclose(straight_ev, ref["eval_returns"], rtol=1e-5)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_second(c, n, metrics, evals):
+        if c == 1:
+            raise Killed
+
+    ckpt = Checkpointer(tmp_path / "ckpt", keep=1)
+    with pytest.raises(Killed):
+        train_seeds(cfg, 2, eval_contexts=contexts, checkpointer=ckpt, on_chunk=kill_after_second)
+    assert ckpt.latest_step() == 1
+    seen = []
+    resumed, resumed_ev = train_seeds(
+        cfg, 2, eval_contexts=contexts, checkpointer=ckpt, resume=True,
+        on_chunk=lambda c, *a: seen.append(c),
+    )
+    assert seen == [1, 2]
+    for k in straight:
+        np.testing.assert_allclose(resumed[k], straight[k], rtol=1e-6, err_msg=k)
+    np.testing.assert_allclose(resumed_ev, straight_ev, rtol=1e-6)
