@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen.initializers import constant
 
+
 def orthogonal(scale: float = 1.0):
     """Orthogonal initializer (Saxe et al. 2014) without LAPACK: Gram-Schmidt, applied twice.
 
