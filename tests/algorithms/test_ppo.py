@@ -172,3 +172,28 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     for k in straight:
         np.testing.assert_allclose(resumed[k], straight[k], rtol=1e-6, err_msg=k)
     np.testing.assert_allclose(resumed_ev, straight_ev, rtol=1e-6)
+
+
+MESH_SCRIPT = """
+import jax, numpy as np
+assert jax.device_count() == 4, jax.devices()
+from jaxrl_suite.algorithms.ppo import PPOConfig, run_seeds
+from jaxrl_suite.core.parallel import make_mesh
+cfg = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 3, num_minibatches=2)
+plain = run_seeds(cfg, 4)
+sharded = run_seeds(cfg, 4, mesh=make_mesh())
+assert len(sharded["value_loss"].sharding.device_set) == 4, sharded["value_loss"].sharding
+np.testing.assert_allclose(sharded["value_loss"], plain["value_loss"], rtol=2e-4)
+print("OK")
+"""
+
+
+def test_seed_sweep_splits_over_a_four_device_mesh():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    out = subprocess.run([sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
