@@ -80,13 +80,7 @@ def make_single_file_train(cfg: PPOConfig):
             )
 
             def loss_fn(p, mb):
-                o, a, lp_old, v_old, ad, tg = mb
-                logits, v = _logits_value(net, p, o)
-                logp_all = jax.nn.log_softmax(logits)
-                lp = jnp.take_along_axis(logp_all, a[:, None], 1)[:, 0]
-                ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
-                return ppo_loss(lp, lp_old, ad, v, v_old, tg, ent, clip_eps=cfg.clip_eps,
-                                vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)[0]
+                return _minibatch_loss(net, cfg, p, mb)
 
             def epoch(c, _):
                 params, opt_state, rng = c
@@ -123,6 +117,16 @@ def _logits_value(net, params, obs):
     return dist.logits, value
 
 
+def _minibatch_loss(net, cfg: PPOConfig, params, mb):
+    obs, action, logp_old, v_old, adv, targets = mb
+    logits, v = _logits_value(net, params, obs)
+    logp_all = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(logp_all, action[:, None], 1)[:, 0]
+    ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
+    return ppo_loss(logp, logp_old, adv, v, v_old, targets, ent, clip_eps=cfg.clip_eps,
+                    vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)[0]
+
+
 class PythonLoopPPO:
     """The same PPO, stepped from Python: one jitted call per env step and per minibatch."""
 
@@ -154,16 +158,7 @@ class PythonLoopPPO:
 
         @jax.jit
         def minibatch_update(params, opt_state, mb):
-            def loss_fn(p):
-                o, a, lp_old, v_old, ad, tg = mb
-                logits, v = _logits_value(net, p, o)
-                logp_all = jax.nn.log_softmax(logits)
-                lp = jnp.take_along_axis(logp_all, a[:, None], 1)[:, 0]
-                ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
-                return ppo_loss(lp, lp_old, ad, v, v_old, tg, ent, clip_eps=cfg.clip_eps,
-                                vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)[0]
-
-            g = jax.grad(loss_fn)(params)
+            g = jax.grad(_minibatch_loss, argnums=2)(net, cfg, params, mb)
             u, opt_state = self.tx.update(g, opt_state, params)
             return optax.apply_updates(params, u), opt_state
 

@@ -19,6 +19,7 @@ from jaxrl_suite.core.config import ConfigError, load_config
 from jaxrl_suite.core.experiment import EXPERIMENTS, RunOptions
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import NonFiniteError
+from jaxrl_suite.envs.contextual import ContextError
 
 EXIT_USAGE = 2
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:24s} {EXPERIMENTS.get(name).description}")
             return 0
         return _run(args, configs_dir)
-    except (ConfigError, CheckpointNotFoundError, UnknownNameError) as e:
+    except (ConfigError, CheckpointNotFoundError, UnknownNameError, ContextError) as e:
         print(f"jaxrl-suite: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except NonFiniteError as e:

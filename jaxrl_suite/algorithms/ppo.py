@@ -195,6 +195,10 @@ class PPO:
                     f"got shape {eval_contexts.shape}"
                 )
         self.eval_contexts = eval_contexts
+        if eval_contexts is not None:
+            self._check_contexts(eval_contexts, "eval_contexts")
+        if getattr(curriculum, "instances", None) is not None:
+            self._check_contexts(curriculum.instances, "curriculum instances")
         self.network = ActorCritic(
             action_dim=self.env.num_actions,
             discrete=self.env.discrete,
@@ -205,6 +209,21 @@ class PPO:
         self._params_axis = 0 if curriculum is not None else None
 
     # -- contexts -------------------------------------------------------------------------------
+    def _check_contexts(self, rows, what: str) -> None:
+        """Concrete context rows must lie within the features' bounds (one-line ContextError)."""
+        rows = np.asarray(rows, np.float32)
+        if rows.ndim != 2 or rows.shape[1] != len(self.features):
+            raise ValueError(
+                f"{what} must be [N, {len(self.features)}] over {self.features}, got {rows.shape}"
+            )
+        for row in rows:
+            try:
+                contextual.with_context(
+                    self.default_params, **dict(zip(self.features, row.tolist(), strict=True))
+                )
+            except contextual.ContextError as e:
+                raise contextual.ContextError(f"{what}: {e}") from None
+
     def params_for(self, contexts: jax.Array):
         """EnvParams for [n, F] context vectors (batched along the leading axis)."""
         return jax.vmap(

@@ -197,3 +197,12 @@ def test_seed_sweep_splits_over_a_four_device_mesh():
     out = subprocess.run([sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+def test_curriculum_instances_outside_bounds_are_rejected_with_the_feature():
+    from jaxrl_suite.envs.contextual import ContextError
+
+    cfg = dataclasses.replace(SMALL, context_features=("length",))
+    rr = make_curriculum("round_robin", np.array([[0.5], [9.0]], np.float32))
+    with pytest.raises(ContextError, match="curriculum instances: .*'length'=9.0"):
+        PPO(cfg, rr)

@@ -45,6 +45,10 @@ def test_space_curriculum_smoke_reports_steps_to_threshold(tmp_path, capsys):
         (["run", "space_curriculum", "--smoke", "--set", "run.curricula=[alp_gmm]"], "alp_gmm"),
         (["run", "space_curriculum", "--smoke", "--set", "ppo.num_minibatches=3"],
          "num_minibatches"),
+        (["run", "carl_generalization", "--smoke", "--set", "context.grid_x=[7.0,1.0]"],
+         "eval_contexts: CartPole-v1 context 'length'=7.0"),
+        (["run", "space_curriculum", "--smoke", "--set", "instances.values_y=[6.0,500.0]"],
+         "CartPole-v1 context 'force_mag'=500.0 is outside its bounds"),
     ],
 )
 def test_bad_config_is_one_line_exit_2(argv, message, tmp_path, capsys):
