@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check: the model/sampler/loss tests at full float32 matmul precision, both benchmarks, and
+# GPU check: the model/sampler/loss tests at full float32 matmul precision, the benchmarks, and
 # the main job, on a machine whose python3 already has jax[cuda], flax, optax, orbax, chex and
 # transformers (no install step). Figures go to ${OUT:-results/gpu}.
 set -uo pipefail
@@ -14,3 +14,7 @@ python3 benchmarks/bench_grpo.py --out "$OUT/bench_grpo.json" 2>&1 | grep -v WAR
 python3 -m jaxrl_suite.cli run grpo_arithmetic --no-progress --out "$OUT/grpo_arithmetic" 2>&1 \
   | grep -v WARNING | tail -n 5
 cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/dev/null || true
+# ELMUR LRU kernel (issue 4): compiled kernel == reference on the accelerator, then its timing.
+python3 -m pytest -q -p no:cacheprovider tests/kernels/test_lru_memory.py 2>&1 | tail -n 5 \
+  | tee "$OUT/kernel_tests.txt"
+python3 benchmarks/bench_lru_kernel.py --out "$OUT/bench_lru_kernel.json" 2>&1 | grep -v WARNING
