@@ -213,4 +213,50 @@ def scan_segments(model: ELMUR, params, x: jax.Array, memories, t0=0):
     return jnp.moveaxis(outs, 0, 1).reshape(b, t, d), mems
 
 
-__all__ = ["ELMUR", "ELMURConfig", "ELMURLayer", "Memory", "init_memory", "scan_segments"]
+class StepState(NamedTuple):
+    """Online inference state: memories, the current segment's tokens so far, the next time."""
+
+    memories: tuple[Memory, ...]
+    buffer: jax.Array  # [B, L, D] tokens of the current segment (zeros after the last one)
+    t: jax.Array  # int32 absolute time of the next token
+
+
+def init_step_state(cfg: ELMURConfig, key: jax.Array, batch: int) -> StepState:
+    return StepState(
+        init_memory(cfg, key, batch),
+        jnp.zeros((batch, cfg.segment_len, cfg.d_model)),
+        jnp.zeros((), jnp.int32),
+    )
+
+
+def inference_step(model: ELMUR, params, state: StepState, x_t: jax.Array):
+    """One token [B, D] in, its output [B, D] out, for acting in an environment step by step.
+
+    The token joins the current segment's buffer and the segment is run through the model with
+    the memories as they were at the segment's start (causal attention, so the zero padding after
+    the token changes nothing); the memory update is committed when the segment is complete.
+    Each step costs one segment forward, whatever the time t: O(1) per step and O(T) in total,
+    with constant memory. Equals `scan_segments` on the whole sequence (tested).
+    """
+    cfg = model.cfg
+    i = state.t % cfg.segment_len
+    buffer = jax.lax.dynamic_update_slice_in_dim(state.buffer, x_t[:, None], i, axis=1)
+    out, new_mems = model.apply(params, buffer, state.memories, state.t - i)
+    done = i == cfg.segment_len - 1
+    memories = jax.tree.map(lambda n, o: jnp.where(done, n, o), new_mems, state.memories)
+    buffer = jnp.where(done, jnp.zeros_like(buffer), buffer)
+    h_t = jax.lax.dynamic_index_in_dim(out, i, axis=1, keepdims=False)
+    return h_t, StepState(memories, buffer, state.t + 1)
+
+
+__all__ = [
+    "ELMUR",
+    "ELMURConfig",
+    "ELMURLayer",
+    "Memory",
+    "StepState",
+    "inference_step",
+    "init_memory",
+    "init_step_state",
+    "scan_segments",
+]

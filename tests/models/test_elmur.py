@@ -98,3 +98,20 @@ def test_sequence_length_must_fill_whole_segments():
     model, params, x, mems = setup()
     with pytest.raises(ValueError, match="segment_len"):
         scan_segments(model, params, x[:, :10], mems)
+
+
+def test_step_by_step_inference_equals_segment_scan():
+    from jaxrl_suite.models.elmur import StepState, inference_step
+
+    model, params, x, mems = setup(t=12)
+    ref, ref_mems = scan_segments(model, params, x, mems)
+    state = StepState(mems, jnp.zeros((B, CFG.segment_len, CFG.d_model)), jnp.int32(0))
+
+    def step(state, x_t):
+        h, state = inference_step(model, params, state, x_t)
+        return state, h
+
+    state, hs = jax.lax.scan(step, state, jnp.moveaxis(x, 1, 0))
+    np.testing.assert_allclose(jnp.moveaxis(hs, 0, 1), ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(state.memories[1].pos, ref_mems[1].pos)
+    assert int(state.t) == 12
