@@ -1,7 +1,14 @@
 """Experiment scripts, one per paper; each registers itself in `EXPERIMENTS` here."""
 
-from experiments import carl_generalization, grpo_arithmetic, space_curriculum
+from experiments import (
+    carl_generalization,
+    elmur_popgym,
+    elmur_tmaze,
+    grpo_arithmetic,
+    space_curriculum,
+)
 from jaxrl_suite.core.experiment import EXPERIMENTS
 
-for _module in (grpo_arithmetic, carl_generalization, space_curriculum):
+for _module in (grpo_arithmetic, carl_generalization, space_curriculum, elmur_tmaze,
+                elmur_popgym):
     EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)

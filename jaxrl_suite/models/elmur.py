@@ -13,6 +13,8 @@ Per layer, with memory (vec [B, M, D], pos [B, M]; pos = -1 marks an empty slot)
     memory track:  u = vec + Write(LN(vec), h)              tok2mem: slots attend to the tokens,
                                                              bias b_h(clip(pos_slot - t_tok))
                    u = u + FFN(LN(u))
+    (`pre_norm=False` turns every sublayer x + f(LN(x)) into the post-LN LN(x + f(x)), as the
+    authors' `pre_lnorm=False` runs do; it bounds the memory vectors' norm over many rewrites.)
     update:        (vec, pos) = LRU(vec, pos, u, t_first)    kernels/lru_memory.py
 
 A trajectory is processed segment by segment (`ELMUR.scan_segments`, a `lax.scan`), carrying the
@@ -60,6 +62,7 @@ class ELMURConfig:
     use_lru: bool = True
     detach_memory: bool = True
     use_kernel: bool = True  # Pallas kernel for the LRU update (False: jnp reference)
+    pre_norm: bool = True  # False: post-LN sublayers LN(x + f(x)), the authors' T-Maze setting
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -121,6 +124,11 @@ class FFN(nn.Module):
 class ELMURLayer(nn.Module):
     cfg: ELMURConfig
 
+    def _sublayer(self, x, norm_name: str, fn):
+        """Pre-LN `x + fn(LN(x))` or, with `cfg.pre_norm=False`, post-LN `LN(x + fn(x))`."""
+        norm = nn.LayerNorm(name=norm_name)
+        return x + fn(norm(x)) if self.cfg.pre_norm else norm(x + fn(x))
+
     @nn.compact
     def __call__(self, h: jax.Array, mem: Memory, tok_pos: jax.Array):
         cfg = self.cfg
@@ -129,24 +137,22 @@ class ELMURLayer(nn.Module):
         dt = tok_pos[:, None] - tok_pos[None, :]  # [T, T]
         self_bias = jnp.moveaxis(rel_self(dt), -1, 0)[None]  # [1, H, T, T]
         causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
-        hn = nn.LayerNorm(name="ln_self")(h)
-        h = h + Attention(cfg.n_heads, name="self_attn")(hn, hn, self_bias, causal)
+        self_attn = Attention(cfg.n_heads, name="self_attn")
+        h = self._sublayer(h, "ln_self", lambda x: self_attn(x, x, self_bias, causal))
         cross = RelativeBias(cfg.n_heads, cfg.max_rel_dist, name="cross_bias")
         if cfg.use_read:
             read_dt = tok_pos[None, :, None] - mem.pos[:, None, :]  # [B, T, M]
             read_bias = jnp.moveaxis(cross(read_dt), -1, 1)  # [B, H, T, M]
-            h = h + Attention(cfg.n_heads, name="read")(
-                nn.LayerNorm(name="ln_read")(h), mem.vec, read_bias
-            )
-        h = h + FFN(cfg.d_ff, name="ffn")(nn.LayerNorm(name="ln_ffn")(h))
+            read = Attention(cfg.n_heads, name="read")
+            h = self._sublayer(h, "ln_read", lambda x: read(x, mem.vec, read_bias))
+        h = self._sublayer(h, "ln_ffn", FFN(cfg.d_ff, name="ffn"))
         if not cfg.use_write:
             return h, mem
         write_dt = mem.pos[:, :, None] - tok_pos[None, None, :]  # [B, M, T]
         write_bias = jnp.moveaxis(cross(write_dt), -1, 1)  # [B, H, M, T]
-        u = mem.vec + Attention(cfg.n_heads, name="write")(
-            nn.LayerNorm(name="ln_write")(mem.vec), h, write_bias
-        )
-        u = u + FFN(cfg.d_ff, name="mem_ffn")(nn.LayerNorm(name="ln_mem_ffn")(u))
+        write = Attention(cfg.n_heads, name="write")
+        u = self._sublayer(mem.vec, "ln_write", lambda v: write(v, h, write_bias))
+        u = self._sublayer(u, "ln_mem_ffn", FFN(cfg.d_ff, name="mem_ffn"))
         if not cfg.use_lru:
             return h, Memory(u, mem.pos)
         update = lru_memory_update if cfg.use_kernel else lru_memory_update_reference
