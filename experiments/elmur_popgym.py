@@ -39,6 +39,7 @@ from jaxrl_suite.algorithms.rcbc import (
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, write_json
+from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -92,7 +93,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
                 t_train = time.perf_counter()
                 params, metrics = jax.block_until_ready(
-                    train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds))
+                    train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
                 t_train = time.perf_counter() - t_train
                 ev = evaluate_seeds(policy, env, cfg.run.eval_episodes, 1.0,
                                     cfg.rcbc.return_scale)

@@ -40,6 +40,7 @@ from jaxrl_suite.algorithms.rcbc import (
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, write_json
+from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -50,7 +51,7 @@ MODELS = ("elmur", "transformer")
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     min_length: int = 1  # corridor lengths of the training data ~ U{min..max}
-    max_length: int = 60
+    max_length: int = 300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         pcfg = PolicyConfig(arch=model, elmur=cfg.elmur)
         policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
         t_train = time.perf_counter()
-        params, metrics = jax.block_until_ready(train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds))
+        params, metrics = jax.block_until_ready(
+            train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
         t_train = time.perf_counter() - t_train
         loss = np.asarray(metrics["loss"])  # [S, blocks]
         for b in range(loss.shape[1]):

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxrl_suite.core.parallel import place_seeds
 from jaxrl_suite.envs import contextual
 from jaxrl_suite.losses.ppo import gae, ppo_loss
 from jaxrl_suite.models.actor_critic import ActorCritic
@@ -462,16 +463,6 @@ def seed_keys(seeds: int | Sequence[int]) -> jax.Array:
     return jnp.stack([jax.random.key(int(s)) for s in seeds])
 
 
-def _place(keys, mesh):
-    if mesh is None:
-        return keys
-    from jaxrl_suite.core.parallel import data_sharding
-
-    if keys.shape[0] % mesh.size:
-        return keys  # uneven split: leave placement to XLA
-    return jax.device_put(keys, data_sharding(mesh))
-
-
 def _key_data(runner: RunnerState) -> RunnerState:
     return runner.replace(rng=jax.random.key_data(runner.rng))
 
@@ -518,7 +509,7 @@ def train_seeds(
         evals = ppo.evaluate(runner.params, eval_key) if config.eval_every else jnp.zeros((0,))
         return runner, metrics, evals
 
-    keys = _place(seed_keys(seeds), mesh)
+    keys = place_seeds(seed_keys(seeds), mesh)
     runner, eval_keys = jax.jit(jax.vmap(start))(keys)
     step = jax.jit(jax.vmap(advance))
     shapes = jax.eval_shape(step, runner, eval_keys[:, 0])
@@ -571,7 +562,7 @@ def run_seeds(config: PPOConfig, seeds, *, curriculum=None, eval_contexts=None, 
     With `mesh` (a `core.parallel.make_mesh()`), the seed axis is split over its devices.
     """
     train = make_train(config, curriculum, eval_contexts)
-    _, metrics = jax.jit(jax.vmap(train))(_place(seed_keys(seeds), mesh))
+    _, metrics = jax.jit(jax.vmap(train))(place_seeds(seed_keys(seeds), mesh))
     return metrics
 
 
@@ -602,7 +593,7 @@ def sweep(
     train = make_train(config, curriculum, eval_contexts)
     over_seeds = jax.vmap(lambda key, h: train(key, h)[1], in_axes=(0, None))
     over_grid = jax.vmap(over_seeds, in_axes=(None, 0))
-    metrics = jax.jit(over_grid)(_place(seed_keys(seeds), mesh), hp)
+    metrics = jax.jit(over_grid)(place_seeds(seed_keys(seeds), mesh), hp)
     return points, metrics
 
 

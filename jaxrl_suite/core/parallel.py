@@ -36,6 +36,14 @@ def data_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(mesh.axis_names[0]))
 
 
+def place_seeds(keys: jax.Array, mesh: Mesh | None) -> jax.Array:
+    """Seed keys [S] split over the mesh's data axis, so that a `jit(vmap(train))` over them runs
+    each device's share of the seeds; unchanged without a mesh or when S does not divide."""
+    if mesh is None or keys.shape[0] % mesh.size:
+        return keys
+    return jax.device_put(keys, data_sharding(mesh))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 

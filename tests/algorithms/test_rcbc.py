@@ -173,3 +173,31 @@ def test_bad_settings_raise_one_line_errors():
         make_train(RCBCConfig(), PolicyConfig(elmur=SMALL), task)
     with pytest.raises(ValueError, match="min_length"):
         tmaze_task(5, 2, segment_len=4)
+
+
+MESH_SCRIPT = """
+import jax, numpy as np
+assert jax.device_count() == 4, jax.devices()
+from jaxrl_suite.algorithms.rcbc import PolicyConfig, RCBCConfig, tmaze_task, train_seeds
+from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.models.elmur import ELMURConfig
+ecfg = ELMURConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, mem_slots=2, segment_len=4)
+cfg = RCBCConfig(num_episodes=8, batch_size=4, num_updates=4, log_every=2)
+task = tmaze_task(1, 6, 4)
+_, plain = train_seeds(cfg, PolicyConfig(elmur=ecfg), task, 4)
+params, sharded = train_seeds(cfg, PolicyConfig(elmur=ecfg), task, 4, mesh=make_mesh())
+assert len(sharded["loss"].sharding.device_set) == 4, sharded["loss"].sharding
+np.testing.assert_allclose(sharded["loss"], plain["loss"], rtol=2e-4)
+print("OK")
+"""
+
+
+def test_seeds_split_over_a_four_device_mesh():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    out = subprocess.run([sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]

@@ -115,3 +115,19 @@ def test_step_by_step_inference_equals_segment_scan():
     np.testing.assert_allclose(jnp.moveaxis(hs, 0, 1), ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(state.memories[1].pos, ref_mems[1].pos)
     assert int(state.t) == 12
+
+
+def test_post_norm_keeps_every_memory_slot_within_the_layernorm_norm():
+    # pre_norm=False: u = LN(.) has norm sqrt(D) (LayerNorm scale 1, bias 0 at init), and the LRU
+    # blend alpha u + (1 - alpha) old of two such vectors cannot exceed it, however many segments.
+    cfg = dataclasses.replace(CFG, pre_norm=False, alpha=0.79)
+    model, params, x, mems = setup(cfg, t=4 * 40)
+    _, final = jax.jit(lambda p, x, m: scan_segments(model, p, 10.0 * x, m))(params, x, mems)
+    for mem in final:
+        norms = np.linalg.norm(np.asarray(mem.vec), axis=-1)
+        assert norms.max() <= np.sqrt(cfg.d_model) * (1 + 1e-4), norms.max()
+        assert norms.min() > 0.5 * np.sqrt(cfg.d_model)  # every slot was written (not init noise)
+    pre_model, pre_params, _, _ = setup(CFG, t=4 * 40)
+    out_pre = pre_model.apply(pre_params, x[:, :4], mems, 0)[0]
+    out_post = model.apply(params, x[:, :4], mems, 0)[0]
+    assert float(jnp.abs(out_pre - out_post).max()) > 1e-3  # the switch changes the computation
