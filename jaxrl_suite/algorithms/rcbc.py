@@ -46,6 +46,7 @@ import optax
 from jaxrl_suite.core.parallel import place_seeds
 from jaxrl_suite.envs import tmaze
 from jaxrl_suite.envs.popgym import make_popgym
+from jaxrl_suite.models.actor_critic import orthogonal
 from jaxrl_suite.models.elmur import (
     ELMUR,
     ELMURConfig,
@@ -135,7 +136,9 @@ class SeqPolicy:
         self.cfg, self.in_dim, self.num_actions = cfg, in_dim, num_actions
         if cfg.arch == "gru":
             self.width = cfg.gru_hidden
-            self.core = nn.GRUCell(features=cfg.gru_hidden)
+            # Gram-Schmidt orthogonal init: flax's default (LAPACK QR) can deadlock XLA:CPU when
+            # vmapped over seeds (see models.actor_critic.orthogonal).
+            self.core = nn.GRUCell(features=cfg.gru_hidden, recurrent_kernel_init=orthogonal())
         else:
             ecfg = cfg.elmur
             if cfg.arch == "transformer":

@@ -1,6 +1,7 @@
 """Return-conditioned behaviour cloning: tokens, loss, data collection, policies, evaluation."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -201,3 +202,15 @@ def test_seeds_split_over_a_four_device_mesh():
     out = subprocess.run([sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+def test_gru_init_is_orthogonal_without_lapack_qr():
+    # A batched LAPACK QR under vmap over seeds can deadlock XLA:CPU's pool on 2 cores.
+    policy = SeqPolicy(PolicyConfig(arch="gru", gru_hidden=8), in_dim=5, num_actions=3)
+    keys = jax.random.split(jax.random.key(0), 2)
+    jaxpr = str(jax.make_jaxpr(jax.vmap(policy.init))(keys))
+    assert not re.search(r"\bqr\b|geqrf|householder", jaxpr)
+    core = policy.init(keys[0])["core"]["params"]
+    for name in ("hr", "hz", "hn"):
+        w = np.asarray(core[name]["kernel"])
+        np.testing.assert_allclose(w.T @ w, np.eye(8), atol=1e-5)
