@@ -4,7 +4,7 @@ Claim checked (Cherepanov, Kovalev, Panov, "ELMUR: External Layer Memory with Up
 Long-Horizon RL", arXiv 2510.07151): on POPGym's memory puzzles, ELMUR's layer memory helps over
 a transformer limited to its context, and it is competitive with recurrent baselines.
 
-    jaxrl-suite run elmur_popgym            # full size (3 tasks x 3 models x 3 seeds, easy)
+    jaxrl-suite run elmur_popgym            # full size (3 tasks x 3 models x 3 seeds, easy; 18 min)
     jaxrl-suite run elmur_popgym --smoke    # seconds; what the tests run
 
 Every model is trained offline with return-conditioned behaviour cloning (`algorithms.rcbc`) on

@@ -5,7 +5,7 @@ Long-Horizon RL", arXiv 2510.07151): with layer memory and the LRU update, a tra
 context is a short segment retains the T-Maze cue over horizons far beyond its context and beyond
 its training lengths; the paper reports 100 % success up to 1,000,000 steps.
 
-    jaxrl-suite run elmur_tmaze            # full size (3 seeds x 2 models; about 20 min on CPU)
+    jaxrl-suite run elmur_tmaze            # full size (3 seeds x 2 models; 27 min on 2 CPU cores)
     jaxrl-suite run elmur_tmaze --smoke    # seconds; what the tests run
 
 Both models are trained offline with return-conditioned behaviour cloning (`algorithms.rcbc`) on
