@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl_suite.algorithms.ppo import seed_keys
 from jaxrl_suite.core.parallel import place_seeds
 from jaxrl_suite.envs import tmaze
 from jaxrl_suite.envs.popgym import make_popgym
@@ -364,7 +365,7 @@ def train_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask,
                 mesh=None):
     """Seeds 0..seeds-1 in one `jit(vmap(train))`: stacked params [S, ...] and metrics [S, ...].
     With a `mesh` the seeds are split over its devices (`core.parallel.place_seeds`)."""
-    keys = place_seeds(jnp.stack([jax.random.key(s) for s in range(seeds)]), mesh)
+    keys = place_seeds(seed_keys(seeds), mesh)
     return jax.jit(jax.vmap(make_train(config, policy_cfg, task)))(keys)
 
 
