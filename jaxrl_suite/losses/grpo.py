@@ -118,6 +118,7 @@ def grpo_loss(
     beta: float = 0.0,
     loss_type: str = "grpo",
     token_weights: chex.Array | None = None,
+    entropy_mask: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Clipped token-level policy-gradient loss of GRPO, with its Dr. GRPO and DAPO variants.
 
@@ -126,9 +127,10 @@ def grpo_loss(
         r_it  = exp(logp_it - old_logp_it)
         pg_it = -min(r_it * A_i, clip(r_it, 1 - eps_lo, 1 + eps_hi) * A_i)
         kl_it = exp(ref_it - logp_it) - (ref_it - logp_it) - 1      (k3 estimator, >= 0)
-        loss  = agg(pg, m * w) + beta * agg(kl, m)
+        loss  = agg(pg * e, m * w) + beta * agg(kl, m)
 
-    where m is `mask`, w is `token_weights` (1 if None) and agg is, by `loss_type`:
+    where m is `mask`, w is `token_weights` (1 if None), e is `entropy_mask` (1 if None) and agg
+    is, by `loss_type`:
       "grpo":    mean_i [ sum_t x_it m_it / max(sum_t m_it, 1) ]  per-sequence mean  [GRPO]
       "dapo":    sum_it x_it m_it / max(sum_it m_it, 1)            token mean       [DAPO]
       "bnpo":    same as "dapo" on one device (TRL's bnpo normalises by the local batch,
@@ -162,6 +164,11 @@ def grpo_loss(
         the metrics use the full mask. The "max(., 1)" guards apply to zero totals only, so
         for "grpo", "dapo" and "bnpo" fractional weights give a weighted mean (only their
         ratios matter), while for "dr_grpo" they scale the pg term.
+      entropy_mask: [N, T] optional 0/1 mask of the tokens whose pg term is kept: the
+        high-entropy-only update of Wang et al., "Beyond the 80/20 Rule" (arXiv 2506.01939),
+        TRL's `top_entropy_quantile` (build it with `losses.siren.peak_entropy_mask`). Unlike a
+        zero token weight, a dropped token still counts in the normaliser, as in TRL and the
+        paper's code. Composes with every `loss_type` and with `token_weights`.
 
     Returns:
       (loss, metrics): loss is a scalar; metrics holds scalars, all token means over `mask`
@@ -189,6 +196,7 @@ def grpo_loss(
         "ref_logp": ref_logp,
         "mask": mask,
         "token_weights": token_weights,
+        "entropy_mask": entropy_mask,
     }
     for name, x in same_shape.items():
         if x is not None:
@@ -210,6 +218,8 @@ def grpo_loss(
     pg = -jnp.minimum(ratio * adv, clipped * adv)  # [N, T]
     is_clipped = ((ratio < 1.0 - eps_lo) & (adv < 0)) | ((ratio > 1.0 + eps_hi) & (adv > 0))
 
+    if entropy_mask is not None:
+        pg = pg * jnp.asarray(entropy_mask, dtype)
     aggregate = _AGGREGATIONS[loss_type]
     pg_loss = aggregate(pg, pg_mask)
     if ref_logp is None:

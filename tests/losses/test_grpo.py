@@ -58,6 +58,7 @@ def np_grpo_loss(
     beta=0.0,
     loss_type="grpo",
     token_weights=None,
+    entropy_mask=None,
 ):
     """Loop reference; returns (loss, metrics) as python floats."""
     n, t = logp.shape
@@ -73,6 +74,8 @@ def np_grpo_loss(
             r = math.exp(logp[i, j] - old_logp[i, j])
             ratio[i, j] = r
             pg[i, j] = -min(r * adv[i], min(max(r, 1 - lo), 1 + hi) * adv[i])
+            if entropy_mask is not None:  # dropped from the pg sum, kept in the normaliser
+                pg[i, j] *= entropy_mask[i, j]
             clipped[i, j] = (r < 1 - lo and adv[i] < 0) or (r > 1 + hi and adv[i] > 0)
             if ref_logp is not None:
                 d = ref_logp[i, j] - logp[i, j]
@@ -128,8 +131,8 @@ def call_loss(transform, batch, **kwargs):
     """grpo_loss on float32 copies of `batch`; static keyword arguments are bound before jit."""
     f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)
     args = tuple(f32(x) for x in _positional(batch))
-    fn = transform(lambda args, w: grpo_loss(*args, token_weights=w, **kwargs))
-    return fn(args, f32(batch.get("token_weights")))
+    fn = transform(lambda args, w, e: grpo_loss(*args, token_weights=w, entropy_mask=e, **kwargs))
+    return fn(args, f32(batch.get("token_weights")), f32(batch.get("entropy_mask")))
 
 
 def _positional(batch):
@@ -220,6 +223,33 @@ def test_grpo_loss_token_weights_match_numpy(transform, loss_type):
     np.testing.assert_allclose(got_loss, want_loss, rtol=RTOL, atol=ATOL)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+@TRANSFORMS
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("with_weights", [False, True], ids=["mask", "mask+weights"])
+def test_grpo_loss_entropy_mask_matches_numpy(transform, loss_type, with_weights):
+    batch = random_batch(3, token_weights=with_weights)
+    batch["entropy_mask"] = (np.random.default_rng(4).random(batch["mask"].shape) < 0.4) * 1.0
+    got_loss, got = call_loss(transform, batch, loss_type=loss_type, beta=0.1)
+    want_loss, want = np_grpo_loss(
+        *_positional(batch), loss_type=loss_type, beta=0.1,
+        token_weights=batch.get("token_weights"), entropy_mask=batch["entropy_mask"],
+    )
+    np.testing.assert_allclose(got_loss, want_loss, rtol=RTOL, atol=ATOL)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=ATOL, err_msg=k)
+    # All ones is a no-op; a token dropped by the entropy mask still counts in the normaliser,
+    # so the result differs from giving it weight 0 (which removes it from both).
+    plain = call_loss(transform, batch | {"entropy_mask": None}, loss_type=loss_type)[0]
+    ones = call_loss(transform, batch | {"entropy_mask": np.ones_like(batch["mask"])},
+                     loss_type=loss_type)[0]
+    np.testing.assert_allclose(ones, plain, rtol=1e-6)
+    if loss_type != "dr_grpo" and not with_weights:
+        as_weights = call_loss(transform, batch | {"token_weights": batch["entropy_mask"],
+                                                    "entropy_mask": None}, loss_type=loss_type)[0]
+        masked = call_loss(transform, batch, loss_type=loss_type)[0]
+        assert abs(float(as_weights) - float(masked)) > 1e-4
 
 
 @TRANSFORMS

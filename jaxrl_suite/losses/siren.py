@@ -1,0 +1,125 @@
+"""Entropy regularisers for RL with verifiable rewards: SIREN and the naive entropy bonus.
+
+SIREN (selective entropy regularisation, arXiv 2509.25133) counters entropy collapse without the
+explosion that a bonus on the full-vocabulary entropy of every token causes. It regularises only
+(1) the entropy of the top-p nucleus, (2) at the peak-entropy tokens of the batch, and (3) towards
+an anchor (self-anchored form) rather than upwards without bound:
+
+    H_p(t)  = - sum_{v in N_p(t)} q_v log q_v,    q_v = pi(v | t) / sum_{u in N_p(t)} pi(u | t)
+    M(t)    = m(t) * [H_p(t) >= Quantile_{m}(H_p, quantile)]
+    H_bar   = sum_t M(t) H_p(t) / sum_t M(t)
+    R_SIREN = coef * (H_bar - anchor)^2
+
+with N_p(t) the nucleus (the fewest most probable tokens whose probability reaches p), m the mask
+of valid completion tokens and the quantile taken over the valid tokens of the batch. The baseline
+is the naive bonus R_naive = - coef * sum_t m(t) H(t) / sum_t m(t), with H the full-vocabulary
+entropy (`losses.common.token_entropy`). Both are added to the policy loss. All functions are
+pure, jit-compatible array code.
+
+The nucleus follows the usual top-p definition (the token that crosses p is included; at least
+one token). The authors' verl code keeps the tokens whose cumulative probability, themselves
+included, is <= p, which drops the crossing token; with p = 1 both are the full distribution.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from jaxrl_suite.losses.common import check_rank, token_entropy
+
+
+def top_p_entropy(logits: chex.Array, *, p: float = 0.9) -> chex.Array:
+    """Entropy of the top-p nucleus, renormalised: [N, T, V] -> [N, T].
+
+    The nucleus holds the most probable tokens up to and including the one at which the
+    cumulative probability reaches `p` (all tokens for p >= 1)."""
+    check_rank("logits", logits, 3)
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    sorted_logp = -jnp.sort(-logp, axis=-1)  # descending
+    probs = jnp.exp(sorted_logp)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass of the more probable tokens
+    keep = (before < p) if p < 1.0 else jnp.ones_like(before, bool)
+    keep = keep.at[..., 0].set(True)
+    log_z = jax.nn.logsumexp(jnp.where(keep, sorted_logp, -jnp.inf), axis=-1, keepdims=True)
+    logq = sorted_logp - log_z
+    return -jnp.sum(jnp.where(keep, jnp.exp(logq) * logq, 0.0), axis=-1)
+
+
+def _masked_mean(x: chex.Array, mask: chex.Array) -> chex.Array:
+    mask = mask.astype(jnp.float32)
+    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def peak_entropy_mask(entropy: chex.Array, mask: chex.Array, *, quantile: float) -> chex.Array:
+    """Valid tokens whose entropy is at or above the `quantile` of the valid tokens' entropies.
+
+    The quantile uses linear interpolation (numpy's default, as torch.quantile in TRL's
+    `get_high_entropy_mask`): with n valid tokens of distinct entropies it keeps
+    n - ceil(quantile * (n - 1)) of them. Returns a float mask of `mask`'s shape."""
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+    valid = mask > 0
+    threshold = jnp.nanquantile(jnp.where(valid, entropy, jnp.nan), quantile)
+    return (valid & (entropy >= threshold)).astype(jnp.float32)
+
+
+def siren_regularizer(
+    logits: chex.Array,
+    mask: chex.Array,
+    *,
+    top_p: float = 0.9,
+    quantile: float = 0.8,
+    anchor: chex.Array | float,
+    coef: float,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """SIREN's self-anchored regulariser coef * (H_bar - anchor)^2 (module docstring).
+
+    Args:
+      logits: [N, T, V] policy logits of the completion tokens.
+      mask: [N, T] valid completion tokens.
+      top_p: nucleus mass p of the top-p entropy.
+      quantile: only tokens at or above this entropy quantile of the batch are regularised.
+      anchor: target entropy (a scalar, no gradient); the trainer takes it from the initial
+        policy's H_bar unless it is set.
+      coef: weight of the penalty.
+
+    Returns:
+      (penalty, metrics) with metrics `entropy` (full, mean over valid tokens), `top_p_entropy`
+      (mean over valid tokens), `siren_entropy` (H_bar), `masked_fraction` (regularised share of
+      the valid tokens) and `anchor`.
+    """
+    h_p = top_p_entropy(logits, p=top_p)
+    peak = peak_entropy_mask(jax.lax.stop_gradient(h_p), mask, quantile=quantile)
+    h_bar = _masked_mean(h_p, peak)
+    anchor = jax.lax.stop_gradient(jnp.asarray(anchor, jnp.float32))
+    penalty = coef * (h_bar - anchor) ** 2
+    metrics = {
+        "entropy": jax.lax.stop_gradient(_masked_mean(token_entropy(logits), mask)),
+        "top_p_entropy": jax.lax.stop_gradient(_masked_mean(h_p, mask)),
+        "siren_entropy": jax.lax.stop_gradient(h_bar),
+        "masked_fraction": jnp.sum(peak) / jnp.maximum(jnp.sum(mask > 0), 1),
+        "anchor": anchor,
+    }
+    return penalty, metrics
+
+
+def naive_entropy_bonus(
+    logits: chex.Array, mask: chex.Array, *, coef: float
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """The baseline bonus -coef * mean full-vocabulary entropy over the valid tokens.
+
+    Returns (bonus, {"entropy": mean entropy}); add `bonus` to the loss being minimised."""
+    h = _masked_mean(token_entropy(logits), mask)
+    return -coef * h, {"entropy": jax.lax.stop_gradient(h)}
+
+
+__all__ = [
+    "naive_entropy_bonus",
+    "peak_entropy_mask",
+    "siren_regularizer",
+    "top_p_entropy",
+]

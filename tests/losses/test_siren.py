@@ -1,0 +1,136 @@
+"""SIREN's top-p entropy, peak-entropy mask and self-anchored regulariser; the naive bonus."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_suite.losses.common import token_entropy as entropy
+from jaxrl_suite.losses.siren import (
+    naive_entropy_bonus,
+    peak_entropy_mask,
+    siren_regularizer,
+    top_p_entropy,
+)
+
+
+def np_softmax(z):
+    z = np.asarray(z, np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_entropy(probs):
+    probs = probs[probs > 0]
+    return float(-(probs * np.log(probs)).sum())
+
+
+def np_top_p_entropy(logits_row, p):
+    probs = np.sort(np_softmax(logits_row))[::-1]
+    kept, mass = [], 0.0
+    for q in probs:  # add tokens until the mass reaches p
+        kept.append(q)
+        mass += q
+        if mass >= p:
+            break
+    kept = np.array(kept) / np.sum(kept)
+    return np_entropy(kept)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.6, 0.9, 0.99])
+def test_top_p_entropy_matches_numpy(p):
+    logits = np.random.default_rng(0).normal(size=(3, 4, 11)) * 2.0
+    got = np.asarray(jax.jit(lambda x: top_p_entropy(x, p=p))(jnp.asarray(logits, jnp.float32)))
+    assert got.shape == (3, 4)
+    for i in range(3):
+        for t in range(4):
+            assert got[i, t] == pytest.approx(np_top_p_entropy(logits[i, t], p), abs=2e-5)
+
+
+def test_top_p_entropy_hand_case_and_limits():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = jnp.asarray(np.log(probs), jnp.float32)[None, None]
+    kept = np.array([0.5, 0.3]) / 0.8  # 0.5 < 0.75 <= 0.8: the second token reaches p
+    assert float(top_p_entropy(logits, p=0.75)[0, 0]) == pytest.approx(np_entropy(kept), rel=1e-5)
+    assert float(top_p_entropy(logits, p=0.2)[0, 0]) == pytest.approx(0.0, abs=1e-6)  # top-1
+    # p = 1: the full distribution.
+    rand = jnp.asarray(np.random.default_rng(1).normal(size=(1, 5, 7)), jnp.float32)
+    np.testing.assert_allclose(top_p_entropy(rand, p=1.0), entropy(rand), rtol=1e-5, atol=1e-6)
+    for r in range(5):
+        assert float(entropy(rand)[0, r]) == pytest.approx(np_entropy(np_softmax(rand[0, r])),
+                                                           rel=1e-5)
+    # A one-hot distribution has zero entropy, full and top-p.
+    onehot = jnp.asarray([[[0.0, 0.0, 80.0, 0.0]]])
+    assert float(entropy(onehot)[0, 0]) == pytest.approx(0.0, abs=1e-6)
+    assert float(top_p_entropy(onehot, p=0.9)[0, 0]) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="top_p"):
+        top_p_entropy(rand, p=0.0)
+
+
+@pytest.mark.parametrize("quantile", [0.0, 0.25, 0.5, 0.8, 0.95, 1.0])
+def test_peak_entropy_mask_keeps_the_quantile_of_the_valid_tokens(quantile):
+    rng = np.random.default_rng(2)
+    ent = rng.permutation(np.arange(40, dtype=np.float32)).reshape(4, 10) / 7.0  # distinct
+    mask = (rng.random((4, 10)) < 0.7).astype(np.float32)
+    got = np.asarray(peak_entropy_mask(jnp.asarray(ent), jnp.asarray(mask), quantile=quantile))
+    n = int(mask.sum())
+    assert int(got.sum()) == n - math.ceil(quantile * (n - 1) - 1e-9)
+    assert not got[mask == 0].any()  # padding is never kept
+    threshold = np.quantile(ent[mask > 0], quantile)
+    np.testing.assert_array_equal(got, (mask > 0) & (ent >= threshold))
+
+
+def test_siren_regularizer_matches_numpy():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 6, 9)).astype(np.float32) * 1.5
+    mask = np.ones((2, 6), np.float32)
+    mask[1, 4:] = 0
+    top_p, quantile, anchor, coef = 0.8, 0.5, 0.7, 0.3
+    fn = jax.jit(lambda x, m: siren_regularizer(x, m, top_p=top_p, quantile=quantile,
+                                                anchor=anchor, coef=coef))
+    penalty, metrics = fn(jnp.asarray(logits), jnp.asarray(mask))
+    h_p = np.array([[np_top_p_entropy(logits[i, t], top_p) for t in range(6)] for i in range(2)])
+    full = np.array([[np_entropy(np_softmax(logits[i, t])) for t in range(6)] for i in range(2)])
+    valid = mask > 0
+    peak = valid & (h_p >= np.quantile(h_p[valid], quantile))
+    h_bar = h_p[peak].mean()
+    assert float(penalty) == pytest.approx(coef * (h_bar - anchor) ** 2, rel=1e-4)
+    assert float(metrics["siren_entropy"]) == pytest.approx(h_bar, rel=1e-5)
+    assert float(metrics["top_p_entropy"]) == pytest.approx(h_p[valid].mean(), rel=1e-5)
+    assert float(metrics["entropy"]) == pytest.approx(full[valid].mean(), rel=1e-5)
+    assert float(metrics["masked_fraction"]) == pytest.approx(peak.sum() / valid.sum())
+    assert float(metrics["anchor"]) == pytest.approx(anchor)
+
+
+def test_siren_pulls_the_entropy_towards_the_anchor_from_either_side():
+    logits = jnp.asarray(np.random.default_rng(4).normal(size=(2, 5, 8)), jnp.float32)
+    mask = jnp.ones((2, 5))
+
+    def h_bar(x):
+        return siren_regularizer(x, mask, top_p=0.9, quantile=0.5, anchor=0.0, coef=1.0)[1][
+            "siren_entropy"]
+
+    h0 = float(h_bar(logits))
+    for anchor in (h0 + 0.5, h0 - 0.5):
+        loss = lambda x, a=anchor: siren_regularizer(x, mask, top_p=0.9, quantile=0.5,
+                                                     anchor=a, coef=1.0)[0]
+        stepped = logits - 0.05 * jax.grad(loss)(logits)
+        assert abs(float(h_bar(stepped)) - anchor) < abs(h0 - anchor)
+
+
+def test_naive_bonus_is_minus_coef_times_the_mean_full_entropy():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(2, 3, 6)).astype(np.float32)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    bonus, metrics = jax.jit(lambda x, m: naive_entropy_bonus(x, m, coef=0.01))(
+        jnp.asarray(logits), jnp.asarray(mask))
+    full = [np_entropy(np_softmax(logits[i, t])) for i, t in zip(*np.nonzero(mask), strict=True)]
+    assert float(metrics["entropy"]) == pytest.approx(np.mean(full), rel=1e-5)
+    assert float(bonus) == pytest.approx(-0.01 * np.mean(full), rel=1e-5)
+    # Minimising the bonus raises the entropy.
+    grad = jax.grad(lambda x: naive_entropy_bonus(x, jnp.asarray(mask), coef=1.0)[0])(
+        jnp.asarray(logits))
+    higher = naive_entropy_bonus(jnp.asarray(logits) - 0.1 * grad, jnp.asarray(mask), coef=1.0)
+    assert float(higher[1]["entropy"]) > float(metrics["entropy"])
