@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import zlib
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
@@ -28,9 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, replicate, shard_batch
 from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
 from jaxrl_suite.envs.text import Example, Task
+from jaxrl_suite.envs.text.base import extract_answer
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
     group_advantages,
@@ -124,6 +127,20 @@ def _greedy_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: i
                          greedy=True)
 
 
+@functools.cache
+def _temperature_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: int,
+                         temperature: float, top_p: float):
+    """One jitted sampler per model, length and sampling setting (sampled evaluation)."""
+    return make_generate(model, max_new_tokens=max_new_tokens, temperature=temperature,
+                         top_p=top_p, eos_id=eos_id, pad_id=pad_id)
+
+
+def _answer_id(text: str) -> int:
+    """A stable integer id of a completion's parsed answer (-1: none), for voting across hosts."""
+    answer = extract_answer(text)
+    return -1 if answer is None else zlib.crc32(answer.encode()) & 0x7FFFFFFF
+
+
 class LMTrainer:
     """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation."""
 
@@ -170,6 +187,50 @@ class LMTrainer:
             stats.append(gather_rows(local_stats)[: len(chunk)])
         stats = np.concatenate(stats)
         return {"accuracy": float(stats[:, 0].mean()), "length": float(stats[:, 1].mean())}
+
+    def evaluate_sampled(
+        self, params, examples: Sequence[Example], *, n: int, ks: Sequence[int],
+        temperature: float, top_p: float = 1.0, batch_size: int, rng: jax.Array,
+    ) -> dict:
+        """n sampled completions per example: unbiased pass@k and maj@k for each k in `ks`.
+
+        Rows are the examples repeated n times, sampled in fixed-size batches (one compile).
+        Returns {"pass@k": ..., "maj@k": ... for k in ks, "length": mean completion length}.
+        maj@k votes over the parsed answers of the first k samples (`algorithms.evaluate`).
+        """
+        bad = [k for k in ks if not 1 <= k <= n]
+        if bad:
+            raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
+        sampler = _temperature_sampler(self.model, self.max_new_tokens, self.tokenizer.eos_id,
+                                       self.tokenizer.pad_id, float(temperature), float(top_p))
+        n_dev = self.mesh.devices.size
+        batch_size = max(n_dev, batch_size - batch_size % n_dev)
+        rows_of = process_rows(batch_size)
+        flat = [e for e in examples for _ in range(n)]
+        stats = []  # per sample: [correct, length, answer id]
+        for b, start in enumerate(range(0, len(flat), batch_size)):
+            chunk = flat[start : start + batch_size]
+            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
+            local = padded[rows_of]
+            prompt, prompt_mask = shard_batch(self.encode_prompts(local), self.mesh)
+            out = sampler(params, prompt, prompt_mask, jax.random.fold_in(rng, b))
+            mask = host_local(out.mask)
+            texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
+            local_stats = np.array(
+                [[self.task.is_correct(t, e), m.sum(), _answer_id(t)]
+                 for t, e, m in zip(texts, local, mask, strict=True)], np.int64)
+            stats.append(gather_rows(local_stats)[: len(chunk)])
+        stats = np.concatenate(stats).reshape(len(examples), n, 3)
+        correct, answers = stats[..., 0], stats[..., 2]
+        # Samples with the same parsed answer to the same prompt are equally correct.
+        verdict = [{int(a): bool(c) for a, c in zip(ans, cor, strict=True)}
+                   for ans, cor in zip(answers, correct, strict=True)]
+        votes = [[None if a < 0 else int(a) for a in row] for row in answers]
+        result = {"length": float(stats[..., 1].mean())}
+        for k in ks:
+            result[f"pass@{k}"] = float(pass_at_k(n, correct.sum(axis=1), k).mean())
+            result[f"maj@{k}"] = float(maj_at_k(votes, k, lambda i, a: verdict[i][a]).mean())
+        return result
 
 
 class SFTTrainer(LMTrainer):
