@@ -43,6 +43,7 @@ from jaxrl_suite.losses import (
     token_logprobs,
 )
 from jaxrl_suite.losses.sft import sft_loss
+from jaxrl_suite.losses.siren import naive_entropy_bonus, peak_entropy_mask, siren_regularizer
 from jaxrl_suite.models import CausalLM
 from jaxrl_suite.sampling import make_generate
 
@@ -81,9 +82,26 @@ class GRPOConfig:
     adv_scale: Literal["group", "batch", "none"] = "group"  # advantage std normalisation
     adv_eps: float = 1e-4  # added to the std in advantage normalisation
     format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
+    # Entropy regularisation (losses/siren.py): "naive" adds -coef * H (full vocabulary, all
+    # tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the peak-entropy
+    # tokens, with the anchor the initial policy's H_bar unless `siren_anchor` is set.
+    entropy_reg: Literal["none", "naive", "siren"] = "none"
+    entropy_coef: float = 0.0
+    siren_top_p: float = 0.9
+    siren_quantile: float = 0.8  # regularise the tokens at or above this entropy quantile
+    siren_anchor: float | None = None
+    # High-entropy-only policy gradient ("80/20", TRL's top_entropy_quantile = 1 - this): keep the
+    # pg term of the tokens at or above this entropy quantile of the batch; None = every token.
+    high_entropy_quantile: float | None = None
 
     def __post_init__(self):
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature")
+        for name in ("siren_quantile", "high_entropy_quantile"):
+            q = getattr(self, name)
+            if q is not None and not 0.0 <= q <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {q}")
+        if not 0.0 < self.siren_top_p <= 1.0:
+            raise ValueError(f"siren_top_p must be in (0, 1], got {self.siren_top_p}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO compares completions within a "
                              f"group), got {self.group_size}")
@@ -109,6 +127,7 @@ class GRPOBatch(NamedTuple):
     old_logp: jax.Array  # [B*G, N] sampler log-probs
     ref_logp: jax.Array | None  # [B*G, N] reference log-probs (None when beta == 0)
     advantages: jax.Array  # [B*G]
+    anchor: jax.Array  # [] SIREN's target entropy (unused unless entropy_reg == "siren")
 
 
 def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
@@ -294,16 +313,39 @@ class GRPOTrainer(LMTrainer):
         def loss_fn(params, batch: GRPOBatch):
             logits, logp = logp_fn(params, batch.seq)
             mask = batch.seq.completion_mask
+            entropy_mask = None
+            if c.high_entropy_quantile is not None:
+                entropy_mask = peak_entropy_mask(
+                    jax.lax.stop_gradient(token_entropy(logits)), mask,
+                    quantile=c.high_entropy_quantile)
             loss, metrics = grpo_loss(
                 logp, batch.old_logp, batch.ref_logp, batch.advantages,
                 mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
-                loss_type=c.loss_type,
+                loss_type=c.loss_type, entropy_mask=entropy_mask,
             )
             entropy = masked_mean(jax.lax.stop_gradient(token_entropy(logits)), mask)
-            return loss, dict(metrics, entropy=entropy)
+            metrics = dict(metrics, entropy=entropy)
+            if entropy_mask is not None:
+                metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)
+            if c.entropy_reg == "naive":
+                reg, _ = naive_entropy_bonus(logits, mask, coef=c.entropy_coef)
+                loss = loss + reg
+                metrics["entropy_reg"] = reg
+            elif c.entropy_reg == "siren":
+                reg, siren_metrics = siren_regularizer(
+                    logits, mask, top_p=c.siren_top_p, quantile=c.siren_quantile,
+                    anchor=batch.anchor, coef=c.entropy_coef)
+                loss = loss + reg
+                metrics.update(entropy_reg=reg, **{k: v for k, v in siren_metrics.items()
+                                                   if k != "entropy"})
+            return loss, metrics
 
         self._update = jax.jit(make_train_step(loss_fn, self.optimizer))
         self._ref_logp = jax.jit(lambda p, seq: logp_fn(p, seq)[1])
+        self._siren_entropy = jax.jit(lambda p, seq: siren_regularizer(
+            logp_fn(p, seq)[0], seq.completion_mask, top_p=c.siren_top_p,
+            quantile=c.siren_quantile, anchor=0.0, coef=0.0)[1]["siren_entropy"])
+        self.anchor = c.siren_anchor
         self._advantages = jax.jit(
             lambda r: group_advantages(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         )
@@ -340,14 +382,26 @@ class GRPOTrainer(LMTrainer):
                 "tokens": int(per_row[:, 2].sum())}
         return seq, out.logprobs, rewards, info
 
+    def measure_anchor(self, state: TrainState, examples: Sequence[Example]) -> float:
+        """SIREN's anchor: H_bar (top-p entropy of the peak-entropy tokens) of the policy in
+        `state` on one rollout of `examples`. Call it with the initial (SFT) policy; a resumed
+        run recomputes the same value from the same SFT checkpoint."""
+        seq, _, _, _ = self.rollout(state, examples)
+        self.anchor = float(self._siren_entropy(state.params, seq))
+        return self.anchor
+
     def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
+        if self.config.entropy_reg == "siren" and self.anchor is None:
+            raise ValueError("grpo.entropy_reg='siren' needs an anchor: set grpo.siren_anchor or "
+                             "call GRPOTrainer.measure_anchor with the initial policy first")
         t0 = time.perf_counter()
         seq, old_logp, rewards, info = self.rollout(state, examples)
         t_gen = time.perf_counter() - t0
         advantages = np.asarray(self._advantages(rewards))  # [B*G], the same on every process
         advantages = shard_batch(advantages[process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
-        batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
+        anchor = jnp.asarray(0.0 if self.anchor is None else self.anchor, jnp.float32)
+        batch = GRPOBatch(seq, old_logp, ref_logp, advantages, anchor)
         for _ in range(self.config.mu):
             state, metrics = self._update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
