@@ -47,6 +47,16 @@ class EvalConfig:
     num_examples: int = 512  # held-out prompts for greedy accuracy
     batch_size: int = 128  # prompts per evaluation batch
     every: int = 0  # also evaluate every this many GRPO steps (0 = only after each stage)
+    samples: int = 0  # n sampled completions per prompt for pass@k / maj@k (0 = greedy only)
+    ks: tuple[int, ...] = (1,)  # k of pass@k and maj@k (each <= samples)
+    temperature: float = 1.0  # sampling temperature of the sampled evaluation
+    sampled_examples: int = 64  # held-out prompts of the sampled evaluation (the first ones)
+
+    def __post_init__(self):
+        if self.samples and not all(1 <= k <= self.samples for k in self.ks):
+            raise ValueError(f"eval.ks={list(self.ks)} must lie in 1..eval.samples={self.samples}")
+        if self.temperature <= 0:
+            raise ValueError(f"eval.temperature must be positive, got {self.temperature}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +160,22 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     _print(f"[{NAME}] held-out accuracy after SFT:  {sft_eval['accuracy']:.3f}")
 
     # ---- GRPO ----
+    def sampled_eval(params) -> dict:
+        if not cfg.eval.samples:
+            return {}
+        e = cfg.eval
+        out = grpo.evaluate_sampled(
+            params, held_out[: e.sampled_examples], n=e.samples, ks=e.ks,
+            temperature=e.temperature, batch_size=e.batch_size,
+            rng=jax.random.PRNGKey(cfg.run.seed + 1),
+        )
+        return {f"eval_{k}": v for k, v in out.items() if k != "length"}
+
     def periodic_eval(n, st):
         if cfg.eval.every and n % cfg.eval.every == 0 and n != cfg.grpo.steps:
             return {"eval_accuracy": grpo.evaluate(st.params, held_out,
-                                                   batch_size=cfg.eval.batch_size)["accuracy"]}
+                                                   batch_size=cfg.eval.batch_size)["accuracy"],
+                    **sampled_eval(st.params)}
         return {}
 
     t_grpo = time.perf_counter()
@@ -165,8 +187,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     )
     t_grpo = time.perf_counter() - t_grpo
     grpo_eval = grpo.evaluate(state.params, held_out, batch_size=cfg.eval.batch_size)
+    final_sampled = sampled_eval(state.params)
     logger.log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
-                "eval_accuracy": grpo_eval["accuracy"]})
+                "eval_accuracy": grpo_eval["accuracy"], **final_sampled})
     logger.close()
     for c in ckpt.values():
         c.close()
@@ -176,6 +199,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         "sft_heldout_accuracy": sft_eval["accuracy"],
         "grpo_heldout_accuracy": grpo_eval["accuracy"],
         "gain": grpo_eval["accuracy"] - sft_eval["accuracy"],
+        "grpo_sampled_eval": final_sampled,
         "heldout_examples": len(held_out),
         "wall_time_s": time.perf_counter() - t_start,
         "sft_time_s": t_sft,

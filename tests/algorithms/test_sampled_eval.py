@@ -63,3 +63,29 @@ def test_evaluate_sampled_runs_the_real_sampler():
     assert set(got) == {"pass@1", "pass@2", "maj@1", "maj@2", "length"}
     assert 0 <= got["pass@1"] <= got["pass@2"] <= 1
     assert 0 < got["length"] <= 6
+
+
+def test_grpo_arithmetic_reports_sampled_pass_and_maj_at_k(tmp_path):
+    import json
+
+    from jaxrl_suite.cli import main
+
+    out = tmp_path / "run"
+    argv = ["run", "grpo_arithmetic", "--smoke", "--no-progress", "--out", str(out),
+            "--set", "eval.samples=2", "--set", "eval.ks=[1,2]",
+            "--set", "eval.sampled_examples=4", "--set", "eval.every=1"]
+    assert main(argv) == 0
+    final = json.loads((out / "summary.json").read_text())["grpo_sampled_eval"]
+    assert set(final) == {"eval_pass@1", "eval_pass@2", "eval_maj@1", "eval_maj@2"}
+    assert 0 <= final["eval_pass@1"] <= final["eval_pass@2"] <= 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval_maj@2" in r and r["stage"] == "grpo" for r in records)  # periodic
+
+
+def test_sampled_eval_settings_are_checked(tmp_path, capsys):
+    from jaxrl_suite.cli import main
+
+    argv = ["run", "grpo_arithmetic", "--smoke", "--out", str(tmp_path),
+            "--set", "eval.samples=2", "--set", "eval.ks=[1,4]"]
+    assert main(argv) == 2
+    assert "eval.ks" in capsys.readouterr().err
