@@ -22,9 +22,9 @@ import jax
 
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.algorithms.loop import fit
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError, to_dict
-from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_curves, read_metrics, write_json
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
@@ -105,8 +105,8 @@ def _check_batches(cfg: Config, n_devices: int) -> None:
                           f"{jax.process_count()} processes")
 
 
-def run(cfg: Config, opts: RunOptions) -> dict:
-    t_start = time.perf_counter()
+def _setup(cfg: Config):
+    """Tokenizer, task, mesh, model, initial params and the SFT / GRPO keys of a run."""
     tokenizer = load_tokenizer(cfg.run.tokenizer)
     if cfg.model.vocab_size < tokenizer.vocab_size:
         raise ConfigError(
@@ -120,6 +120,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     model = CausalLM(cfg.model)
     init_key, sft_key, grpo_key = jax.random.split(jax.random.PRNGKey(cfg.run.seed), 3)
     params = model.init(init_key, jax.numpy.zeros((1, cfg.task.prompt_len), jax.numpy.int32))
+    return tokenizer, task, mesh, model, params, sft_key, grpo_key
+
+
+def run(cfg: Config, opts: RunOptions) -> dict:
+    t_start = time.perf_counter()
+    tokenizer, task, mesh, model, params, sft_key, grpo_key = _setup(cfg)
+    if jax.process_index() == 0:  # what `jaxrl-suite eval RUN_DIR` rebuilds the run from
+        write_json(opts.out_dir / "config.json", {"experiment": NAME, "config": to_dict(cfg)})
     common = dict(mesh=mesh, prompt_len=cfg.task.prompt_len)
     ckpt = {
         stage: Checkpointer(
@@ -219,13 +227,46 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     return summary
 
 
+def evaluate(cfg: Config, opts: EvalOptions) -> dict:
+    """`jaxrl-suite eval RUN_DIR`: greedy accuracy and sampled pass@k / maj@k of the latest
+    checkpoint of `opts.stage` ("sft" or "grpo"); also written to RUN_DIR/eval_STAGE.json."""
+    if opts.stage not in ("sft", "grpo"):
+        raise ConfigError(f"eval: --stage must be 'sft' or 'grpo', got {opts.stage!r}")
+    tokenizer, task, mesh, model, params, sft_key, grpo_key = _setup(cfg)
+    common = dict(mesh=mesh, prompt_len=cfg.task.prompt_len)
+    if opts.stage == "sft":
+        trainer = SFTTrainer(model, tokenizer, task, cfg.sft,
+                             max_new_tokens=cfg.grpo.max_new_tokens, **common)
+        template = trainer.init_state(params, sft_key)
+    else:
+        trainer = GRPOTrainer(model, tokenizer, task, cfg.grpo, ref_params=params, **common)
+        template = trainer.init_state(params, grpo_key)
+    ckpt = Checkpointer(opts.run_dir / "checkpoints" / opts.stage)
+    if ckpt.latest_step() is None:
+        raise CheckpointNotFoundError(
+            f"eval: no {opts.stage} checkpoint in {opts.run_dir / 'checkpoints' / opts.stage}")
+    state, _ = ckpt.restore(template)
+    ckpt.close()
+    held_out = task.examples("test", 0, opts.num_examples)
+    result = {"stage": opts.stage, "step": int(state.step), "examples": len(held_out),
+              "samples": opts.samples, "temperature": opts.temperature,
+              "greedy_accuracy": trainer.evaluate(state.params, held_out,
+                                                  batch_size=cfg.eval.batch_size)["accuracy"]}
+    result.update(trainer.evaluate_sampled(
+        state.params, held_out, n=opts.samples, ks=opts.ks, temperature=opts.temperature,
+        batch_size=cfg.eval.batch_size, rng=jax.random.PRNGKey(cfg.run.seed + 1)))
+    if jax.process_index() == 0:
+        write_json(opts.run_dir / f"eval_{opts.stage}.json", result)
+    return result
+
+
 def _print(text: str) -> None:
     if jax.process_index() == 0:
         print(text, flush=True)
 
 
 EXPERIMENT = Experiment(
-    name=NAME, config_cls=Config, run=run,
+    name=NAME, config_cls=Config, run=run, evaluate=evaluate,
     description="SFT then GRPO on n-digit addition (DeepSeekMath GRPO)",
 )
 

@@ -1,5 +1,5 @@
 """`jaxrl-suite` command line: `run NAME [--config F] [--set k=v]... [--smoke] [--out DIR]
-[--resume] [--tensorboard]` and `list`.
+[--resume] [--tensorboard]`, `eval RUN_DIR [--stage S] [--samples N] [--ks K...]` and `list`.
 
 Bad input (an unknown experiment, config key or value, a missing checkpoint) prints one line to
 stderr and exits with status 2, without a traceback.
@@ -8,6 +8,7 @@ stderr and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -15,8 +16,8 @@ from pathlib import Path
 import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
-from jaxrl_suite.core.config import ConfigError, load_config
-from jaxrl_suite.core.experiment import EXPERIMENTS, RunOptions
+from jaxrl_suite.core.config import ConfigError, from_dict, load_config
+from jaxrl_suite.core.experiment import EXPERIMENTS, EvalOptions, RunOptions
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import NonFiniteError
 from jaxrl_suite.envs.contextual import ContextError
@@ -51,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="call jax.distributed.initialize() first (multi-host; run the same command on all)",
     )
     sub.add_parser("list", help="list the experiments")
+    ev = sub.add_parser("eval", help="sampled pass@k / maj@k of a run's checkpoint")
+    ev.add_argument("run_dir", type=Path, help="a run's output dir (results/NAME)")
+    ev.add_argument("--stage", default="grpo", help="checkpoint series (default: grpo)")
+    ev.add_argument("--samples", type=int, default=8, help="completions per prompt (n)")
+    ev.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8], help="k of pass@k, maj@k")
+    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ev.add_argument("--examples", type=int, default=64, help="held-out prompts")
     return p
 
 
@@ -82,6 +90,27 @@ def _run(args: argparse.Namespace, configs_dir: Path) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    run_dir = args.run_dir.absolute()
+    config_file = run_dir / "config.json"
+    if not config_file.is_file():
+        raise CheckpointNotFoundError(f"eval: no config.json in {run_dir} (not a run directory)")
+    saved = json.loads(config_file.read_text())
+    exp = EXPERIMENTS.get(saved["experiment"])
+    if exp.evaluate is None:
+        raise ConfigError(f"eval: experiment {exp.name!r} has no checkpoint evaluation")
+    bad = [k for k in args.ks if not 1 <= k <= args.samples]
+    if bad:
+        raise ConfigError(f"eval: --ks {bad} must lie in 1..--samples={args.samples}")
+    cfg = from_dict(exp.config_cls, saved["config"])
+    options = EvalOptions(run_dir=run_dir, stage=args.stage, samples=args.samples,
+                          ks=tuple(args.ks), temperature=args.temperature,
+                          num_examples=args.examples)
+    result = exp.evaluate(cfg, options)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -90,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in EXPERIMENTS.names():
                 print(f"{name:24s} {EXPERIMENTS.get(name).description}")
             return 0
+        if args.command == "eval":
+            return _eval(args)
         return _run(args, configs_dir)
     except (ConfigError, CheckpointNotFoundError, UnknownNameError, ContextError) as e:
         print(f"jaxrl-suite: error: {e}", file=sys.stderr)

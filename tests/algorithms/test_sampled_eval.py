@@ -89,3 +89,43 @@ def test_sampled_eval_settings_are_checked(tmp_path, capsys):
             "--set", "eval.samples=2", "--set", "eval.ks=[1,4]"]
     assert main(argv) == 2
     assert "eval.ks" in capsys.readouterr().err
+
+
+def test_cli_eval_scores_a_run_checkpoint(tmp_path, capsys):
+    import json
+
+    from jaxrl_suite.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "grpo_arithmetic", "--smoke", "--no-progress", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--samples", "2", "--ks", "1", "2", "--examples", "4"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "eval_grpo.json").read_text())
+    assert printed == saved
+    assert saved["stage"] == "grpo" and saved["step"] >= 1 and saved["examples"] == 4
+    assert 0 <= saved["pass@1"] <= saved["pass@2"] <= 1 and 0 <= saved["maj@2"] <= 1
+    assert 0 <= saved["greedy_accuracy"] <= 1
+    assert main(["eval", str(out), "--stage", "sft", "--samples", "2", "--ks", "1",
+                 "--examples", "4"]) == 0
+    assert json.loads((out / "eval_sft.json").read_text())["stage"] == "sft"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "/nonexistent/run"], "no config.json"),
+    (["eval", "RUN", "--samples", "2", "--ks", "4"], "--ks [4]"),
+    (["eval", "RUN", "--stage", "ppo"], "--stage"),
+])
+def test_cli_eval_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    import json
+
+    from jaxrl_suite.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(
+        {"experiment": "grpo_arithmetic", "config": {"eval": {"num_examples": 8}}}))
+    argv = [str(run_dir) if a == "RUN" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
