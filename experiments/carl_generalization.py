@@ -34,6 +34,8 @@ from jaxrl_suite.core.metrics import (
     MetricsLogger,
     median_iqr,
     plot_iqr_bands,
+    pyplot,
+    save_figure,
     write_json,
 )
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
@@ -185,11 +187,7 @@ def _table(cfg: Config, results: dict) -> str:
 
 
 def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     n = len(results)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
     fx, fy = cfg.context.features
@@ -210,9 +208,7 @@ def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:
         ax.set_title(variant)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="median return (red: training box)")
     fig.suptitle(f"CARL {cfg.ppo.env}: held-out contexts, {cfg.run.seeds} seeds")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, tight=False, bbox_inches="tight")
 
 
 def _print(text: str, opts: RunOptions) -> None:

@@ -38,7 +38,7 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, write_json
+from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
@@ -131,11 +131,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 
 def _plot(cfg: Config, results: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     labels, models = list(results), cfg.run.models
     fig, ax = plt.subplots(figsize=(max(6.4, 2.2 * len(labels)), 4.0))
     width = 0.8 / len(models)
@@ -151,10 +147,7 @@ def _plot(cfg: Config, results: dict, path) -> None:
     ax.set_title(f"POPGym, offline RC-BC (mean +- std, {cfg.run.seeds} seeds)")
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _print(text: str) -> None:

@@ -39,7 +39,7 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, write_json
+from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
@@ -173,11 +173,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 
 def _plot(cfg: Config, results: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     x = np.asarray(cfg.eval.lengths)
     for model, r in results.items():
@@ -194,10 +190,7 @@ def _plot(cfg: Config, results: dict, path) -> None:
                  f"{cfg.run.seeds} seeds)")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _print(text: str) -> None:

@@ -101,6 +101,26 @@ def write_json(path: str | Path, data: Mapping[str, Any]) -> None:
     Path(path).write_text(json.dumps(to_python(dict(data)), indent=2) + "\n")
 
 
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (plots are written to files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, *, tight: bool = True, **savefig_kwargs) -> None:
+    """Lay out (`tight_layout` unless `tight=False`), write `path` (parents created) at 110 dpi
+    and close `fig`."""
+    if tight:
+        fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, **savefig_kwargs)
+    pyplot().close(fig)
+
+
 def plot_curves(
     records: Sequence[Mapping[str, Any]],
     keys: Sequence[str],
@@ -110,11 +130,7 @@ def plot_curves(
     smooth: int = 1,
 ) -> None:
     """One panel per key of `records` against `step`; a trailing moving average if `smooth > 1`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.4), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
         pts = [
@@ -133,10 +149,7 @@ def plot_curves(
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def median_iqr(x, axis: int = 0) -> dict[str, Any]:
@@ -157,11 +170,7 @@ def plot_iqr_bands(
     hline: float | None = None,
 ) -> None:
     """One line per entry of `curves` ([seeds, len(x)] arrays): the median with an IQR band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     x = np.asarray(x)
     for name, ys in curves.items():
@@ -176,7 +185,4 @@ def plot_iqr_bands(
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

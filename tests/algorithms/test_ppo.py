@@ -188,15 +188,8 @@ print("OK")
 """
 
 
-def test_seed_sweep_splits_over_a_four_device_mesh():
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    out = subprocess.run([sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+def test_seed_sweep_splits_over_a_four_device_mesh(run_on_host_devices):
+    run_on_host_devices(MESH_SCRIPT, 4)
 
 
 def test_curriculum_instances_outside_bounds_are_rejected_with_the_feature():

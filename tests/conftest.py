@@ -1,0 +1,23 @@
+"""Shared test helpers."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def run_on_host_devices():
+    """`run(script, n=4)`: run a Python script in a fresh process whose CPU backend has n
+    devices (the host device count is fixed when JAX starts); asserts it exits 0 and prints OK."""
+
+    def run(script: str, n: int = 4) -> str:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+                   JAX_PLATFORMS="cpu")
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+        return proc.stdout
+
+    return run
