@@ -313,18 +313,17 @@ class GRPOTrainer(LMTrainer):
         def loss_fn(params, batch: GRPOBatch):
             logits, logp = logp_fn(params, batch.seq)
             mask = batch.seq.completion_mask
+            token_ent = jax.lax.stop_gradient(token_entropy(logits))  # [B*G, N], metrics/mask
             entropy_mask = None
             if c.high_entropy_quantile is not None:
-                entropy_mask = peak_entropy_mask(
-                    jax.lax.stop_gradient(token_entropy(logits)), mask,
-                    quantile=c.high_entropy_quantile)
+                entropy_mask = peak_entropy_mask(token_ent, mask,
+                                                 quantile=c.high_entropy_quantile)
             loss, metrics = grpo_loss(
                 logp, batch.old_logp, batch.ref_logp, batch.advantages,
                 mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
                 loss_type=c.loss_type, entropy_mask=entropy_mask,
             )
-            entropy = masked_mean(jax.lax.stop_gradient(token_entropy(logits)), mask)
-            metrics = dict(metrics, entropy=entropy)
+            metrics = dict(metrics, entropy=masked_mean(token_ent, mask))
             if entropy_mask is not None:
                 metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)
             if c.entropy_reg == "naive":
