@@ -6,12 +6,16 @@ explosion that a bonus on the full-vocabulary entropy of every token causes. It 
 an anchor (self-anchored form) rather than upwards without bound:
 
     H_p(t)  = - sum_{v in N_p(t)} q_v log q_v,    q_v = pi(v | t) / sum_{u in N_p(t)} pi(u | t)
-    M(t)    = m(t) * [H_p(t) >= Quantile_{m}(H_p, quantile)]
+    M(t)    = m(t) * [H_p(t) > Quantile_{m}(H_p, quantile)]
     H_bar   = sum_t M(t) H_p(t) / sum_t M(t)
     R_SIREN = coef * (H_bar - anchor)^2
 
 with N_p(t) the nucleus (the fewest most probable tokens whose probability reaches p), m the mask
-of valid completion tokens and the quantile taken over the valid tokens of the batch. The baseline
+of valid completion tokens and the quantile taken over the valid tokens of the batch. The peak
+tokens are those strictly above the quantile, as in the authors' code (`x > lower_bound`): H_p is
+exactly 0 wherever the top token alone reaches p, which in a confident policy is most tokens, and
+with ">=" a zero quantile would select every token. (The authors take the quantile per response;
+we take it over the batch, as TRL's high-entropy mask does.) The baseline
 is the naive bonus R_naive = - coef * sum_t m(t) H(t) / sum_t m(t), with H the full-vocabulary
 entropy (`losses.common.token_entropy`). Both are added to the policy loss. All functions are
 pure, jit-compatible array code.
@@ -54,17 +58,23 @@ def _masked_mean(x: chex.Array, mask: chex.Array) -> chex.Array:
     return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def peak_entropy_mask(entropy: chex.Array, mask: chex.Array, *, quantile: float) -> chex.Array:
-    """Valid tokens whose entropy is at or above the `quantile` of the valid tokens' entropies.
+def peak_entropy_mask(
+    entropy: chex.Array, mask: chex.Array, *, quantile: float, strict: bool = False
+) -> chex.Array:
+    """Valid tokens whose entropy is at or above (`strict`: strictly above) the `quantile` of the
+    valid tokens' entropies.
 
     The quantile uses linear interpolation (numpy's default, as torch.quantile in TRL's
-    `get_high_entropy_mask`): with n valid tokens of distinct entropies it keeps
-    n - ceil(quantile * (n - 1)) of them. Returns a float mask of `mask`'s shape."""
+    `get_high_entropy_mask`, which keeps ">="): with n valid tokens of distinct entropies it keeps
+    n - ceil(quantile * (n - 1)) of them (one fewer when `strict` and the quantile lands on a
+    token). `strict` drops the ties at the threshold, e.g. the many exact zeros of a top-p
+    entropy. Returns a float mask of `mask`'s shape."""
     if not 0.0 <= quantile <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {quantile}")
     valid = mask > 0
     threshold = jnp.nanquantile(jnp.where(valid, entropy, jnp.nan), quantile)
-    return (valid & (entropy >= threshold)).astype(jnp.float32)
+    above = entropy > threshold if strict else entropy >= threshold
+    return (valid & above).astype(jnp.float32)
 
 
 def siren_regularizer(
@@ -82,7 +92,8 @@ def siren_regularizer(
       logits: [N, T, V] policy logits of the completion tokens.
       mask: [N, T] valid completion tokens.
       top_p: nucleus mass p of the top-p entropy.
-      quantile: only tokens at or above this entropy quantile of the batch are regularised.
+      quantile: only tokens strictly above this top-p entropy quantile of the batch are
+        regularised.
       anchor: target entropy (a scalar, no gradient); the trainer takes it from the initial
         policy's H_bar unless it is set.
       coef: weight of the penalty.
@@ -93,7 +104,7 @@ def siren_regularizer(
       the valid tokens) and `anchor`.
     """
     h_p = top_p_entropy(logits, p=top_p)
-    peak = peak_entropy_mask(jax.lax.stop_gradient(h_p), mask, quantile=quantile)
+    peak = peak_entropy_mask(jax.lax.stop_gradient(h_p), mask, quantile=quantile, strict=True)
     h_bar = _masked_mean(h_p, peak)
     anchor = jax.lax.stop_gradient(jnp.asarray(anchor, jnp.float32))
     penalty = coef * (h_bar - anchor) ** 2

@@ -80,6 +80,22 @@ def test_peak_entropy_mask_keeps_the_quantile_of_the_valid_tokens(quantile):
     assert not got[mask == 0].any()  # padding is never kept
     threshold = np.quantile(ent[mask > 0], quantile)
     np.testing.assert_array_equal(got, (mask > 0) & (ent >= threshold))
+    strict = np.asarray(peak_entropy_mask(jnp.asarray(ent), jnp.asarray(mask), quantile=quantile,
+                                          strict=True))
+    np.testing.assert_array_equal(strict, (mask > 0) & (ent > threshold))
+    hit = np.isclose(ent[mask > 0], threshold).any()  # the quantile lands on a token
+    assert int(strict.sum()) == int(got.sum()) - int(hit)
+
+
+def test_peak_entropy_mask_ties_at_zero():
+    """Top-p entropy is exactly 0 wherever one token reaches p: with 7 zeros in 10 tokens the
+    0.5-quantile is 0, so ">=" keeps every token and strict ">" only the 3 positive ones."""
+    ent = jnp.asarray([[0.0, 0.0, 0.3, 0.0, 0.0, 0.7, 0.0, 0.0, 0.2, 0.0]])
+    mask = jnp.ones_like(ent)
+    assert float(peak_entropy_mask(ent, mask, quantile=0.5).sum()) == 10
+    np.testing.assert_array_equal(
+        np.asarray(peak_entropy_mask(ent, mask, quantile=0.5, strict=True)),
+        np.asarray(ent) > 0)
 
 
 def test_siren_regularizer_matches_numpy():
@@ -94,7 +110,7 @@ def test_siren_regularizer_matches_numpy():
     h_p = np.array([[np_top_p_entropy(logits[i, t], top_p) for t in range(6)] for i in range(2)])
     full = np.array([[np_entropy(np_softmax(logits[i, t])) for t in range(6)] for i in range(2)])
     valid = mask > 0
-    peak = valid & (h_p >= np.quantile(h_p[valid], quantile))
+    peak = valid & (h_p > np.quantile(h_p[valid], quantile))  # strictly above
     h_bar = h_p[peak].mean()
     assert float(penalty) == pytest.approx(coef * (h_bar - anchor) ** 2, rel=1e-4)
     assert float(metrics["siren_entropy"]) == pytest.approx(h_bar, rel=1e-5)
@@ -134,3 +150,18 @@ def test_naive_bonus_is_minus_coef_times_the_mean_full_entropy():
         jnp.asarray(logits))
     higher = naive_entropy_bonus(jnp.asarray(logits) - 0.1 * grad, jnp.asarray(mask), coef=1.0)
     assert float(higher[1]["entropy"]) > float(metrics["entropy"])
+
+
+def test_siren_ignores_the_zero_top_p_entropy_ties():
+    """Most tokens confident (top-p entropy exactly 0): H_bar averages only the uncertain ones."""
+    logits = np.full((1, 6, 5), -20.0, np.float32)
+    logits[0, :, 0] = 20.0  # one-hot rows: H_p = 0
+    logits[0, 4] = [2.0, 1.0, 0.0, -20, -20]  # two uncertain rows: the 0.5-quantile is 0
+    logits[0, 5] = [0.5, 0.5, -20, -20, -20]
+    mask = np.ones((1, 6), np.float32)
+    _, metrics = siren_regularizer(jnp.asarray(logits), jnp.asarray(mask), top_p=0.9,
+                                   quantile=0.5, anchor=0.0, coef=1.0)
+    h_p = np.array([np_top_p_entropy(logits[0, t], 0.9) for t in range(6)])
+    assert (h_p == 0).sum() == 4 and (h_p[[4, 5]] > 0).all()
+    assert float(metrics["masked_fraction"]) == pytest.approx(2 / 6)
+    assert float(metrics["siren_entropy"]) == pytest.approx(h_p[[4, 5]].mean(), rel=1e-5)
