@@ -5,10 +5,11 @@ from experiments import (
     elmur_popgym,
     elmur_tmaze,
     grpo_arithmetic,
+    siren_entropy,
     space_curriculum,
 )
 from jaxrl_suite.core.experiment import EXPERIMENTS
 
 for _module in (grpo_arithmetic, carl_generalization, space_curriculum, elmur_tmaze,
-                elmur_popgym):
+                elmur_popgym, siren_entropy):
     EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)

@@ -27,7 +27,7 @@ from jaxrl_suite.core.config import ConfigError, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_curves, read_metrics, write_json
 from jaxrl_suite.core.parallel import make_mesh
-from jaxrl_suite.envs.text import make_task
+from jaxrl_suite.envs.text import Task, make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 
@@ -78,7 +78,7 @@ class Config:
     run: RunConfig = RunConfig()
 
 
-def _check_lengths(task, tokenizer, cfg: Config, n: int = 256) -> None:
+def _check_lengths(task, tokenizer, cfg, n: int = 256) -> None:
     """Prompts must fit `task.prompt_len` and solutions + EOS `grpo.max_new_tokens`."""
     examples = task.examples("train", 0, n) + task.examples("test", 0, n)
     longest_prompt = max(len(tokenizer.encode(e.prompt)) for e in examples)
@@ -89,7 +89,7 @@ def _check_lengths(task, tokenizer, cfg: Config, n: int = 256) -> None:
             raise ConfigError(f"config field '{field}' is {have} but this task needs {need} tokens")
 
 
-def _check_batches(cfg: Config, n_devices: int) -> None:
+def _check_batches(cfg, n_devices: int) -> None:
     """Training batches split evenly over the devices, and GRPO's prompts over the processes.
 
     (Evaluation rounds its batch to a multiple of the device count itself.)
@@ -105,15 +105,20 @@ def _check_batches(cfg: Config, n_devices: int) -> None:
                           f"{jax.process_count()} processes")
 
 
-def _setup(cfg: Config):
-    """Tokenizer, task, mesh, model, initial params and the SFT / GRPO keys of a run."""
+def _setup(cfg, task: Task | None = None):
+    """Tokenizer, task, mesh, model, initial params and the SFT / GRPO keys of a run.
+
+    `cfg` needs this module's `task.prompt_len`, `model`, `sft`, `grpo` and `run` fields (other
+    LM experiments reuse it); `task` defaults to the one `cfg.task` names.
+    """
     tokenizer = load_tokenizer(cfg.run.tokenizer)
     if cfg.model.vocab_size < tokenizer.vocab_size:
         raise ConfigError(
             f"config field 'model.vocab_size' ({cfg.model.vocab_size}) is smaller than the "
             f"tokenizer's vocabulary ({tokenizer.vocab_size})"
         )
-    task = make_task(cfg.task.name, digits=cfg.task.digits, seed=cfg.task.seed)
+    if task is None:
+        task = make_task(cfg.task.name, digits=cfg.task.digits, seed=cfg.task.seed)
     _check_lengths(task, tokenizer, cfg)
     mesh = make_mesh(cfg.run.num_devices)
     _check_batches(cfg, int(mesh.devices.size))

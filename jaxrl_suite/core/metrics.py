@@ -168,8 +168,11 @@ def plot_iqr_bands(
     ylabel: str = "",
     title: str = "",
     hline: float | None = None,
+    yscale: str = "linear",
 ) -> None:
-    """One line per entry of `curves` ([seeds, len(x)] arrays): the median with an IQR band."""
+    """One line per entry of `curves` ([seeds, len(x)] arrays): the median with an IQR band.
+
+    `hline` draws a dashed reference level; `yscale` is matplotlib's ("linear", "log", ...)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     x = np.asarray(x)
@@ -183,6 +186,7 @@ def plot_iqr_bands(
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
+    ax.set_yscale(yscale)
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, path)

@@ -3,8 +3,15 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from jaxrl_suite.core.metrics import MetricsLogger, plot_curves, read_metrics
+from jaxrl_suite.core.metrics import (
+    MetricsLogger,
+    median_iqr,
+    plot_curves,
+    plot_iqr_bands,
+    read_metrics,
+)
 
 
 def test_logger_writes_jsonl_and_resume_drops_later_steps(tmp_path):
@@ -29,3 +36,20 @@ def test_tensorboard_and_plot(tmp_path):
     recs = [{"step": i, "reward": math.sin(i), "accuracy": float("nan")} for i in range(30)]
     plot_curves(recs, ["reward", "accuracy"], tmp_path / "p.png", smooth=5)
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_median_iqr_hand_case_ignores_nan():
+    x = np.array([[1.0, 10.0], [2.0, np.nan], [3.0, 30.0], [4.0, 40.0], [5.0, 50.0]])
+    s = median_iqr(x, axis=0)
+    np.testing.assert_allclose(s["median"], [3.0, 35.0])
+    np.testing.assert_allclose(s["q25"], [2.0, 25.0])  # linear interpolation, numpy's default
+    np.testing.assert_allclose(s["q75"], [4.0, 42.5])
+
+
+def test_plot_iqr_bands_writes_png_and_checks_the_scale(tmp_path):
+    x = np.arange(5)
+    curves = {"a": np.exp(np.stack([x, x + 1.0])), "b": np.ones((2, 5))}
+    plot_iqr_bands(x, curves, tmp_path / "bands.png", hline=1.0, yscale="log")
+    assert (tmp_path / "bands.png").stat().st_size > 1000
+    with pytest.raises(ValueError):
+        plot_iqr_bands(x, curves, tmp_path / "bad.png", yscale="nonsense")
