@@ -1,0 +1,151 @@
+"""D4RL-like offline datasets from our own PPO agents (issue 6).
+
+One PPO run is trained in `snapshots` equal chunks and its policy is kept after each (plus the
+initial one). Each snapshot is scored by `PPO.evaluate`; scores are D4RL-normalised between the
+uniformly random policy (0, its mean return over complete episodes) and the best snapshot, the
+expert (100). The datasets, each rolled out
+with `envs.offline.collect` (sampled actions, replaced by random ones with probability epsilon):
+
+    random         the uniformly random policy
+    medium         the snapshot whose normalised score is closest to `medium_score`
+    expert         the best snapshot (the latest on a tie)
+    medium-replay  every snapshot from the initial policy up to medium, one after another
+                   (a stand-in for the replay buffer of training up to the medium policy)
+    medium-expert  medium then expert
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from jaxrl_suite.algorithms.ppo import PPO, PPOConfig
+from jaxrl_suite.envs.offline import collect, concat, episode_ids
+
+DATASETS = ("random", "medium", "medium-replay", "medium-expert", "expert")
+
+
+@dataclasses.dataclass(frozen=True)
+class OfflineDataConfig:
+    ppo: PPOConfig = PPOConfig()  # the agent that generates the data
+    snapshots: int = 5  # policy snapshots after equal chunks of PPO training (plus the initial)
+    epsilon: float = 0.1  # probability of a uniformly random action in the behaviour policy
+    num_envs: int = 8  # parallel environments per rollout
+    steps_per_env: int = 500  # transitions per environment per policy
+    medium_score: float = 50.0  # normalised score the medium snapshot is chosen closest to
+
+    def __post_init__(self):
+        if self.snapshots < 1 or self.ppo.num_updates % self.snapshots:
+            raise ValueError(f"snapshots={self.snapshots} must be >= 1 and divide the "
+                             f"{self.ppo.num_updates} PPO iterations")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+        for name in ("num_envs", "steps_per_env"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def pick_expert_and_medium(scores, target: float) -> tuple[int, int]:
+    """(expert, medium) snapshot indices: the expert has the highest score (the latest on a tie);
+    medium is the other snapshot whose score is closest to `target` (the earliest on a tie)."""
+    scores = np.asarray(scores, np.float64)
+    expert = int(len(scores) - 1 - np.argmax(scores[::-1]))
+    gap = np.abs(scores - target)
+    gap[expert] = np.inf
+    return expert, int(np.argmin(gap))
+
+
+def complete_episode_returns(data, stream_length: int) -> np.ndarray:
+    """Returns of the episodes in `data` that ran to their natural end.
+
+    `data` is made of environment streams of `stream_length` rows (as `collect` writes them, and
+    `concat` of such datasets); an episode whose last row is a stream's last row was cut by the
+    collection, not by the environment, unless that row is terminal, and is left out."""
+    terminals = np.asarray(data["terminals"])
+    done = terminals | np.asarray(data["timeouts"])
+    ids = np.asarray(episode_ids(data["terminals"], data["timeouts"]))
+    returns = np.bincount(ids, weights=np.asarray(data["rewards"], np.float64))
+    last = np.flatnonzero(done)  # the last row of each episode, in episode order
+    stream_end = (last % stream_length) == stream_length - 1
+    keep = terminals[last] | ~stream_end
+    return returns[: len(last)][keep]
+
+
+def train_snapshots(config: OfflineDataConfig, key: jax.Array):
+    """PPO trained in `config.snapshots` chunks. Returns (ppo, [params] * (snapshots + 1),
+    returns [snapshots + 1]) with each snapshot's mean evaluation return."""
+    ppo = PPO(config.ppo)
+    hp = config.ppo.hparams()
+    k_init, k_eval = jax.random.split(key)
+    runner = ppo.init(k_init, hp)
+    chunk = config.ppo.num_updates // config.snapshots
+    run_chunk = jax.jit(lambda r: ppo.run(r, hp, chunk)[0])
+    evaluate = jax.jit(lambda p, k: ppo.evaluate(p, k).mean())
+    params = [runner.params]
+    for _ in range(config.snapshots):
+        runner = run_chunk(runner)
+        params.append(runner.params)
+    keys = jax.random.split(k_eval, len(params))
+    returns = np.array([float(evaluate(p, k)) for p, k in zip(params, keys, strict=True)])
+    return ppo, params, returns
+
+
+def build_datasets(config: OfflineDataConfig, key: jax.Array) -> tuple[dict, dict]:
+    """The five D4RL-style datasets and their info.
+
+    Returns (datasets {name: dict of arrays}, info) with info holding "random_return",
+    "expert_return" (the D4RL normalisers), "snapshot_returns", "snapshot_scores",
+    "medium_index" and "expert_index".
+    """
+    k_train, k_data = jax.random.split(key)
+    ppo, params, returns = train_snapshots(config, k_train)
+    env = ppo.env
+
+    def rollout(p, k, epsilon):
+        policy = lambda obs, kk: ppo.network.apply(p, obs)[0].sample(kk)
+        return collect(env, policy, k, num_envs=config.num_envs,
+                       num_steps=config.steps_per_env, epsilon=epsilon)
+
+    rollout = jax.jit(rollout)
+    keys = iter(jax.random.split(k_data, len(params) + 2))
+    random_data = rollout(params[0], next(keys), 1.0)
+    random_return = float(complete_episode_returns(random_data, config.steps_per_env).mean())
+    expert_return = float(returns.max())
+    if expert_return <= random_return:
+        raise ValueError(f"the PPO agent's best return ({expert_return:.3g}) does not beat the "
+                         f"random policy's ({random_return:.3g}); train it longer "
+                         "(ppo.total_timesteps)")
+    scores = 100.0 * (returns - random_return) / (expert_return - random_return)
+    expert, medium = pick_expert_and_medium(scores, config.medium_score)
+    by_snapshot = [rollout(p, next(keys), config.epsilon) for p in params]
+    datasets = {
+        "random": random_data,
+        "medium": by_snapshot[medium],
+        "medium-replay": concat(*by_snapshot[: medium + 1]),
+        "medium-expert": concat(by_snapshot[medium], by_snapshot[expert]),
+        "expert": by_snapshot[expert],
+    }
+    datasets = {k: {f: np.asarray(v) for f, v in d.items()} for k, d in datasets.items()}
+    info = {"random_return": random_return, "expert_return": expert_return,
+            "snapshot_returns": returns.tolist(), "snapshot_scores": scores.tolist(),
+            "medium_index": medium, "expert_index": expert, "env": config.ppo.env}
+    return datasets, info
+
+
+def dataset_scores(data, info, stream_length: int) -> np.ndarray:
+    """D4RL-normalised score of every episode of `data` that ran to its natural end."""
+    r = complete_episode_returns(data, stream_length)
+    return 100.0 * (r - info["random_return"]) / (info["expert_return"] - info["random_return"])
+
+
+__all__ = [
+    "DATASETS",
+    "OfflineDataConfig",
+    "build_datasets",
+    "complete_episode_returns",
+    "dataset_scores",
+    "pick_expert_and_medium",
+    "train_snapshots",
+]
