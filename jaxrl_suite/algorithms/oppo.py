@@ -1,0 +1,192 @@
+"""OPPO: offline preference-guided policy optimisation (Kang et al., ICML 2023, arXiv 2305.16217).
+
+From an offline dataset and preferences between pairs of its segments, OPPO learns in one step,
+without a reward model, a hindsight encoder phi, a contextual policy pi(a | s, z) and the optimal
+context z* (losses in `losses/oppo.py`). Each training step:
+
+  1. draws `batch_pairs` labelled pairs of K-step segments;
+  2. updates encoder and policy on  recon + lambda_pref * triplet(z*, phi+, phi-) + lambda_norm *
+     (||phi|| - 1)^2  with z* fixed;
+  3. updates z* alone on the triplet loss, with phi recomputed by the updated encoder.
+
+At test time the policy acts with z*. `make_train(config, data, prefs) -> train(rng)` is one jitted
+program (a `lax.scan` over steps), so `jax.vmap(train)(keys)` trains several seeds at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_suite.envs.contextual import ContextualEnv
+from jaxrl_suite.envs.offline import check_dataset, evaluate_policy, gather_segments
+from jaxrl_suite.losses.common import masked_mean
+from jaxrl_suite.losses.oppo import action_mse, oppo_loss, oppo_preference_loss, phi_norm_loss
+from jaxrl_suite.models.oppo import ContextPolicy, SegmentEncoder
+
+
+@dataclasses.dataclass(frozen=True)
+class OPPOConfig:
+    segment_length: int = 20  # K: steps per segment (must match the preferences' segments)
+    z_dim: int = 8  # size of the hindsight context z
+    hidden: tuple[int, ...] = (64, 64)  # encoder and policy MLP widths
+    batch_pairs: int = 64  # labelled pairs per step
+    steps: int = 2000  # training steps
+    lr: float = 1e-3  # Adam, encoder and policy
+    z_lr: float = 1e-3  # Adam, z*
+    lambda_pref: float = 0.1  # weight of the triplet loss in the encoder/policy objective
+    lambda_norm: float = 0.1  # weight of the (||phi|| - 1)^2 regulariser
+    margin: float = 1.0  # triplet margin
+    max_grad_norm: float = 0.25  # global-norm clipping of the encoder/policy update
+    eval_episodes: int = 10  # episodes of the z*-conditioned policy per evaluation
+
+    def __post_init__(self):
+        for name in ("segment_length", "z_dim", "batch_pairs", "steps", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class OPPOState(flax.struct.PyTreeNode):
+    params: Any  # {"encoder": ..., "policy": ...}
+    z_star: jax.Array  # [z_dim]
+    opt_state: Any
+    z_opt_state: Any
+    rng: jax.Array
+    step: jax.Array
+
+
+class OPPO:
+    """The pieces of one OPPO run on `data` (D4RL layout) and `prefs` (`make_preferences`)."""
+
+    def __init__(self, config: OPPOConfig, env: ContextualEnv, data, prefs):
+        self.config, self.env = config, env
+        check_dataset(data)
+        starts, label = jnp.asarray(prefs["starts"]), jnp.asarray(prefs["label"], jnp.float32)
+        if starts.ndim != 2 or starts.shape[1] != 2 or label.shape != starts.shape[:1]:
+            raise ValueError(f"prefs: 'starts' must be [P, 2] and 'label' [P], got "
+                             f"{starts.shape} and {label.shape}")
+        n = int(jnp.asarray(data["rewards"]).shape[0])
+        if int(starts.max()) + config.segment_length > n:
+            raise ValueError(f"prefs: a segment of segment_length={config.segment_length} "
+                             f"starting at row {int(starts.max())} runs past the {n} rows")
+        self.starts, self.label = starts.astype(jnp.int32), label
+        self.obs = jnp.asarray(data["observations"], jnp.float32)
+        if env.discrete:
+            self.actions = jnp.asarray(data["actions"], jnp.int32).reshape(-1)
+            self.action_features = jax.nn.one_hot(self.actions, env.num_actions)
+        else:
+            self.actions = jnp.asarray(data["actions"], jnp.float32).reshape(n, -1)
+            self.action_features = self.actions
+        self.encoder = SegmentEncoder(z_dim=config.z_dim, hidden=config.hidden)
+        scale = shift = 0.0
+        if not env.discrete:
+            scale = (env.action_high - env.action_low) / 2
+            shift = (env.action_high + env.action_low) / 2
+        self.policy = ContextPolicy(action_dim=env.num_actions, discrete=env.discrete,
+                                    action_scale=scale or 1.0, action_shift=shift,
+                                    hidden=config.hidden)
+        self.optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                                     optax.adam(config.lr))
+        self.z_optimizer = optax.adam(config.z_lr)
+
+    # -- networks -------------------------------------------------------------------------------
+    def embed(self, params, obs, action_features):
+        mask = jnp.ones(obs.shape[:-1], jnp.float32)
+        return self.encoder.apply(params["encoder"], obs, action_features, mask)
+
+    def act(self, params, obs, z):
+        """The policy's action for obs [B, obs_dim] under context z [z_dim] (greedy)."""
+        out = self.policy.apply(params["policy"], obs, jnp.broadcast_to(z, (*obs.shape[:-1],
+                                                                            z.shape[-1])))
+        return jnp.argmax(out, axis=-1) if self.env.discrete else out
+
+    def recon_loss(self, params, obs, actions, z):
+        """Hindsight information matching: actions of a segment given its own z. [B, K, ...]"""
+        zk = jnp.broadcast_to(z[..., None, :], (*obs.shape[:-1], z.shape[-1]))
+        out = self.policy.apply(params["policy"], obs, zk)
+        mask = jnp.ones(obs.shape[:-1], jnp.float32)
+        if self.env.discrete:
+            nll = -jnp.take_along_axis(jax.nn.log_softmax(out), actions[..., None], -1)[..., 0]
+            return masked_mean(nll, mask)
+        return action_mse(out, actions, mask)
+
+    # -- training -------------------------------------------------------------------------------
+    def init(self, rng: jax.Array) -> OPPOState:
+        c = self.config
+        k_enc, k_pol, k_z, rng = jax.random.split(rng, 4)
+        obs = self.obs[: c.segment_length]
+        feats = self.action_features[: c.segment_length]
+        params = {
+            "encoder": self.encoder.init(k_enc, obs, feats, jnp.ones(c.segment_length)),
+            "policy": self.policy.init(k_pol, obs[:1], jnp.zeros((1, c.z_dim))),
+        }
+        z_star = jax.random.normal(k_z, (c.z_dim,)) / jnp.sqrt(c.z_dim)
+        return OPPOState(params, z_star, self.optimizer.init(params),
+                         self.z_optimizer.init(z_star), rng, jnp.zeros((), jnp.int32))
+
+    def _batch(self, key):
+        c = self.config
+        idx = jax.random.randint(key, (c.batch_pairs,), 0, self.starts.shape[0])
+        starts = self.starts[idx]  # [B, 2]
+        return (gather_segments(self.obs, starts, c.segment_length),  # [B, 2, K, obs]
+                gather_segments(self.action_features, starts, c.segment_length),
+                gather_segments(self.actions, starts, c.segment_length),
+                self.label[idx])
+
+    def update(self, state: OPPOState) -> tuple[OPPOState, dict[str, jax.Array]]:
+        c = self.config
+        rng, k_batch = jax.random.split(state.rng)
+        obs, feats, actions, label = self._batch(k_batch)
+        z_star = jax.lax.stop_gradient(state.z_star)
+
+        def loss_fn(params):
+            phi = self.embed(params, obs, feats)  # [B, 2, Z]
+            recon = self.recon_loss(params, obs, actions, phi)
+            pref, pm = oppo_preference_loss(z_star, phi[:, 0], phi[:, 1], label, margin=c.margin)
+            norm = phi_norm_loss(phi.reshape(-1, c.z_dim))
+            total = oppo_loss(recon, pref, norm, lambda_pref=c.lambda_pref,
+                              lambda_norm=c.lambda_norm)
+            return total, {"loss": total, "recon": recon, "pref": pref, "phi_norm": norm, **pm}
+
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+
+        phi = jax.lax.stop_gradient(self.embed(params, obs, feats))
+        z_loss = lambda z: oppo_preference_loss(z, phi[:, 0], phi[:, 1], label,
+                                                margin=c.margin)[0]
+        z_value, z_grad = jax.value_and_grad(z_loss)(state.z_star)
+        z_updates, z_opt_state = self.z_optimizer.update(z_grad, state.z_opt_state)
+        z_star = optax.apply_updates(state.z_star, z_updates)
+        metrics = dict(metrics, z_loss=z_value, z_norm=jnp.linalg.norm(z_star))
+        return OPPOState(params, z_star, opt_state, z_opt_state, rng, state.step + 1), metrics
+
+    def evaluate(self, params, z, key: jax.Array) -> jax.Array:
+        """Mean return of `eval_episodes` episodes of the policy conditioned on z."""
+        returns = evaluate_policy(self.env, lambda obs, k: self.act(params, obs, z), key,
+                                  num_episodes=self.config.eval_episodes)
+        return returns.mean()
+
+
+def make_train(config: OPPOConfig, env: ContextualEnv, data, prefs):
+    """`train(rng) -> (OPPOState, metrics)`: `config.steps` updates in one `lax.scan` (metrics
+    stacked over steps) and a final evaluation ("eval_return", the mean return under z*)."""
+    oppo = OPPO(config, env, data, prefs)
+
+    def train(rng: jax.Array):
+        k_init, k_eval = jax.random.split(rng)
+        state = oppo.init(k_init)
+        state, metrics = jax.lax.scan(lambda s, _: oppo.update(s), state, None, config.steps)
+        metrics["eval_return"] = oppo.evaluate(state.params, state.z_star, k_eval)
+        return state, metrics
+
+    train.oppo = oppo
+    return train
+
+
+__all__ = ["OPPO", "OPPOConfig", "OPPOState", "make_train"]
