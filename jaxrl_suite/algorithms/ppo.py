@@ -38,6 +38,7 @@ import optax
 
 from jaxrl_suite.core.parallel import place_seeds
 from jaxrl_suite.envs import contextual
+from jaxrl_suite.envs.offline import evaluate_policy
 from jaxrl_suite.losses.ppo import gae, ppo_loss
 from jaxrl_suite.models.actor_critic import ActorCritic
 
@@ -403,25 +404,13 @@ class PPO:
         e = cfg.eval_episodes
         # [M * E] episodes: context i repeated E times.
         env_params = jax.tree.map(lambda x: jnp.repeat(x, e, axis=0), env_params)
-        k_reset, k_run = jax.random.split(key)
-        obs, state = jax.vmap(self.env.reset)(jax.random.split(k_reset, m * e), env_params)
-        v_step = jax.vmap(self.env.step)
-        horizon = int(self.default_params.max_steps_in_episode)
 
-        def step(carry, key):
-            state, obs, total, alive = carry
-            k_act, k_env = jax.random.split(key)
+        def policy(obs, key):
             dist, _ = self.network.apply(params, obs)
-            action = dist.mode() if cfg.eval_deterministic else dist.sample(k_act)
-            obs, state, reward, term, trunc, _ = v_step(
-                jax.random.split(k_env, m * e), state, self._env_action(action), env_params
-            )
-            total = total + jnp.where(alive, reward, 0.0)
-            alive = alive & ~(term | trunc)
-            return (state, obs, total, alive), None
+            return dist.mode() if cfg.eval_deterministic else dist.sample(key)
 
-        init = (state, obs, jnp.zeros((m * e,)), jnp.ones((m * e,), bool))
-        (_, _, total, _), _ = jax.lax.scan(step, init, jax.random.split(k_run, horizon))
+        total = evaluate_policy(self.env, policy, key, num_episodes=m * e,
+                                env_params=env_params, batched_params=True)
         return total.reshape(m, e).mean(axis=1)
 
 

@@ -95,16 +95,20 @@ def collect(
 
 def evaluate_policy(
     env, policy: Callable[[jax.Array, jax.Array], jax.Array], key: jax.Array, *,
-    num_episodes: int, env_params: Any = None,
+    num_episodes: int, env_params: Any = None, batched_params: bool = False,
 ) -> jax.Array:
     """Undiscounted return of `num_episodes` full episodes of `policy` (one per parallel env, run
-    to the environment's episode limit): [num_episodes]."""
+    to the environment's episode limit): [num_episodes].
+
+    `env_params` is one context for every episode (default: the environment's default), or with
+    `batched_params` a pytree with a leading [num_episodes] axis, one context per episode."""
     if env_params is None:
         env_params = env.default_params
+    p_axis = 0 if batched_params else None
     k_reset, k_run = jax.random.split(key)
-    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, num_episodes),
-                                                         env_params)
-    v_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    obs, state = jax.vmap(env.reset, in_axes=(0, p_axis))(
+        jax.random.split(k_reset, num_episodes), env_params)
+    v_step = jax.vmap(env.step, in_axes=(0, 0, 0, p_axis))
     horizon = int(env.default_params.max_steps_in_episode)
 
     def step(carry, k):
