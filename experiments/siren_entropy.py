@@ -5,7 +5,7 @@ entropy collapses; (2) a naive entropy bonus (full vocabulary, every token) make
 (3) SIREN (top-p entropy of the peak-entropy tokens, anchored to the initial entropy) keeps entropy
 in a band and gives the best held-out maj@k / pass@k.
 
-    jaxrl-suite run siren_entropy              # full size (about an hour on a 2-core CPU)
+    jaxrl-suite run siren_entropy              # full size (about 30 minutes on a 2-core CPU)
     jaxrl-suite run siren_entropy --smoke      # seconds; what the tests run
     jaxrl-suite run siren_entropy --resume     # a killed run continues where it stopped
 
