@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from jaxrl_suite.algorithms.ppo import PPO, PPOConfig
-from jaxrl_suite.envs.offline import collect, concat, episode_ids
+from jaxrl_suite.envs.offline import collect, concat, episode_ids, normalized_score
 
 DATASETS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 
@@ -117,7 +117,7 @@ def build_datasets(config: OfflineDataConfig, key: jax.Array) -> tuple[dict, dic
         raise ValueError(f"the PPO agent's best return ({expert_return:.3g}) does not beat the "
                          f"random policy's ({random_return:.3g}); train it longer "
                          "(ppo.total_timesteps)")
-    scores = 100.0 * (returns - random_return) / (expert_return - random_return)
+    scores = np.asarray(normalized_score(returns, random_return, expert_return))
     expert, medium = pick_expert_and_medium(scores, config.medium_score)
     by_snapshot = [rollout(p, next(keys), config.epsilon) for p in params]
     datasets = {
@@ -137,7 +137,7 @@ def build_datasets(config: OfflineDataConfig, key: jax.Array) -> tuple[dict, dic
 def dataset_scores(data, info, stream_length: int) -> np.ndarray:
     """D4RL-normalised score of every episode of `data` that ran to its natural end."""
     r = complete_episode_returns(data, stream_length)
-    return 100.0 * (r - info["random_return"]) / (info["expert_return"] - info["random_return"])
+    return np.asarray(normalized_score(r, info["random_return"], info["expert_return"]))
 
 
 __all__ = [
