@@ -5,11 +5,12 @@ from experiments import (
     elmur_popgym,
     elmur_tmaze,
     grpo_arithmetic,
+    oppo_offline_pref,
     siren_entropy,
     space_curriculum,
 )
 from jaxrl_suite.core.experiment import EXPERIMENTS
 
 for _module in (grpo_arithmetic, carl_generalization, space_curriculum, elmur_tmaze,
-                elmur_popgym, siren_entropy):
+                elmur_popgym, siren_entropy, oppo_offline_pref):
     EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)

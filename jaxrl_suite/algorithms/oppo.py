@@ -24,7 +24,14 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_suite.envs.contextual import ContextualEnv
-from jaxrl_suite.envs.offline import check_dataset, evaluate_policy, gather_segments
+from jaxrl_suite.envs.offline import (
+    action_scale_shift,
+    check_dataset,
+    check_preferences,
+    dataset_actions,
+    evaluate_policy,
+    gather_segments,
+)
 from jaxrl_suite.losses.common import masked_mean
 from jaxrl_suite.losses.oppo import action_mse, oppo_loss, oppo_preference_loss, phi_norm_loss
 from jaxrl_suite.models.oppo import ContextPolicy, SegmentEncoder
@@ -66,29 +73,13 @@ class OPPO:
     def __init__(self, config: OPPOConfig, env: ContextualEnv, data, prefs):
         self.config, self.env = config, env
         check_dataset(data)
-        starts, label = jnp.asarray(prefs["starts"]), jnp.asarray(prefs["label"], jnp.float32)
-        if starts.ndim != 2 or starts.shape[1] != 2 or label.shape != starts.shape[:1]:
-            raise ValueError(f"prefs: 'starts' must be [P, 2] and 'label' [P], got "
-                             f"{starts.shape} and {label.shape}")
-        n = int(jnp.asarray(data["rewards"]).shape[0])
-        if int(starts.max()) + config.segment_length > n:
-            raise ValueError(f"prefs: a segment of segment_length={config.segment_length} "
-                             f"starting at row {int(starts.max())} runs past the {n} rows")
-        self.starts, self.label = starts.astype(jnp.int32), label
+        self.starts, self.label = check_preferences(prefs, data, config.segment_length)
         self.obs = jnp.asarray(data["observations"], jnp.float32)
-        if env.discrete:
-            self.actions = jnp.asarray(data["actions"], jnp.int32).reshape(-1)
-            self.action_features = jax.nn.one_hot(self.actions, env.num_actions)
-        else:
-            self.actions = jnp.asarray(data["actions"], jnp.float32).reshape(n, -1)
-            self.action_features = self.actions
+        self.actions, self.action_features = dataset_actions(env, data)
         self.encoder = SegmentEncoder(z_dim=config.z_dim, hidden=config.hidden)
-        scale = shift = 0.0
-        if not env.discrete:
-            scale = (env.action_high - env.action_low) / 2
-            shift = (env.action_high + env.action_low) / 2
+        scale, shift = action_scale_shift(env)
         self.policy = ContextPolicy(action_dim=env.num_actions, discrete=env.discrete,
-                                    action_scale=scale or 1.0, action_shift=shift,
+                                    action_scale=scale, action_shift=shift,
                                     hidden=config.hidden)
         self.optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
                                      optax.adam(config.lr))

@@ -152,6 +152,46 @@ def check_dataset(data: Mapping[str, np.ndarray | jax.Array]) -> int:
     return n
 
 
+def dataset_actions(env, data: Mapping[str, Any]) -> tuple[jax.Array, jax.Array]:
+    """(actions, action_features) of a dataset for `env`'s action space.
+
+    Discrete: int32 [N] and their one-hot [N, num_actions]. Continuous: float32 [N, A], twice."""
+    n = int(np.shape(data["actions"])[0])
+    if env.discrete:
+        actions = jnp.asarray(data["actions"], jnp.int32).reshape(n)
+        return actions, jax.nn.one_hot(actions, env.num_actions)
+    actions = jnp.asarray(data["actions"], jnp.float32).reshape(n, -1)
+    if actions.shape[1] != env.num_actions:
+        raise ValueError(f"offline dataset field 'actions' has {actions.shape[1]} dimensions, "
+                         f"the environment has {env.num_actions}")
+    return actions, actions
+
+
+def action_scale_shift(env) -> tuple[float, float]:
+    """(scale, shift) mapping [-1, 1] onto a continuous action box; (1, 0) for discrete."""
+    if env.discrete:
+        return 1.0, 0.0
+    return (env.action_high - env.action_low) / 2, (env.action_high + env.action_low) / 2
+
+
+def check_preferences(prefs: Mapping[str, Any], data: Mapping[str, Any],
+                      length: int) -> tuple[jax.Array, jax.Array]:
+    """Validates `make_preferences` output against a dataset; returns (starts int32 [P, 2],
+    label float32 [P]). Raises ValueError naming the field at fault."""
+    for f in ("starts", "label"):
+        if f not in prefs:
+            raise ValueError(f"prefs: missing field '{f}' (make_preferences writes it)")
+    starts, label = jnp.asarray(prefs["starts"]), jnp.asarray(prefs["label"], jnp.float32)
+    if starts.ndim != 2 or starts.shape[1] != 2 or label.shape != starts.shape[:1]:
+        raise ValueError(f"prefs: 'starts' must be [P, 2] and 'label' [P], got "
+                         f"{starts.shape} and {label.shape}")
+    n = int(np.shape(data["rewards"])[0])
+    if int(starts.min()) < 0 or int(starts.max()) + length > n:
+        raise ValueError(f"prefs: a segment of segment_length={length} starting at row "
+                         f"{int(starts.max())} runs past the {n} rows")
+    return starts.astype(jnp.int32), label
+
+
 def episode_ids(terminals: jax.Array, timeouts: jax.Array) -> jax.Array:
     """Episode index of each row: the number of episode ends strictly before it. [N] int32."""
     done = jnp.logical_or(terminals, timeouts).astype(jnp.int32)
@@ -244,8 +284,11 @@ def make_preferences(key: jax.Array, data: Mapping[str, jax.Array], *, num_pairs
 __all__ = [
     "FIELDS",
     "check_dataset",
+    "check_preferences",
     "collect",
+    "action_scale_shift",
     "concat",
+    "dataset_actions",
     "evaluate_policy",
     "episode_ids",
     "episode_returns",

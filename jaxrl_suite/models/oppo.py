@@ -14,14 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl_suite.models.actor_critic import ACTIVATIONS
-
-
-def _mlp(x: jax.Array, hidden: Sequence[int], activation: str) -> jax.Array:
-    act = ACTIVATIONS[activation]
-    for width in hidden:
-        x = act(nn.Dense(width)(x))
-    return x
+from jaxrl_suite.models.offline import mlp
 
 
 class SegmentEncoder(nn.Module):
@@ -33,7 +26,7 @@ class SegmentEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, actions: jax.Array, mask: jax.Array) -> jax.Array:
-        h = _mlp(jnp.concatenate([obs, actions], axis=-1), self.hidden, self.activation)
+        h = mlp(jnp.concatenate([obs, actions], axis=-1), self.hidden, self.activation)
         m = mask[..., None].astype(h.dtype)
         pooled = jnp.sum(h * m, axis=-2) / jnp.maximum(jnp.sum(m, axis=-2), 1.0)
         return nn.Dense(self.z_dim)(pooled)
@@ -51,7 +44,7 @@ class ContextPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, z: jax.Array) -> jax.Array:
-        h = _mlp(jnp.concatenate([obs, z], axis=-1), self.hidden, self.activation)
+        h = mlp(jnp.concatenate([obs, z], axis=-1), self.hidden, self.activation)
         out = nn.Dense(self.action_dim)(h)
         if self.discrete:
             return out

@@ -191,3 +191,17 @@ def test_collect_epsilon_one_is_uniform_random_and_concat_keeps_episodes():
     assert check_dataset(both) == 400
     ids = np.asarray(episode_ids(both["terminals"], both["timeouts"]))
     assert ids[199] != ids[200]  # the first dataset's last episode ends before the second's
+
+
+def test_dataset_actions_and_action_scale_shift():
+    from jaxrl_suite.envs.contextual import ContextualEnv
+    from jaxrl_suite.envs.offline import action_scale_shift, dataset_actions
+
+    cart, pend = ContextualEnv("CartPole-v1"), ContextualEnv("Pendulum-v1")
+    acts, feats = dataset_actions(cart, {"actions": np.array([1, 0, 1])})
+    np.testing.assert_array_equal(acts, [1, 0, 1])
+    np.testing.assert_array_equal(feats, [[0, 1], [1, 0], [0, 1]])
+    acts, feats = dataset_actions(pend, {"actions": np.array([0.5, -1.0])})
+    assert acts.shape == feats.shape == (2, 1)
+    assert action_scale_shift(cart) == (1.0, 0.0)
+    assert action_scale_shift(pend) == (2.0, 0.0)  # Pendulum's torque lies in [-2, 2]

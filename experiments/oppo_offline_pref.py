@@ -1,0 +1,409 @@
+"""OPPO vs preference-reward + IQL, BC and oracle IQL on D4RL-style datasets of our PPO agents.
+
+Claim checked (Kang et al., "Beyond Reward: Offline Preference-guided Policy Optimization", ICML
+2023, arXiv 2305.16217): modelling offline trajectories and preferences in one step (OPPO: a
+hindsight encoder, a contextual policy and an optimal context z* found by a triplet loss) does at
+least as well as learning a scalar reward from the preferences and running offline RL on it.
+
+    jaxrl-suite run oppo_offline_pref              # full size (Pendulum, 3 datasets, 3 seeds)
+    jaxrl-suite run oppo_offline_pref --resume     # a killed run continues after its last unit
+    jaxrl-suite run oppo_offline_pref --smoke      # seconds; what the tests run
+
+Steps:
+  1. data: PPO trained in snapshots on `data.ppo.env`; the random / medium / medium-replay /
+     medium-expert / expert datasets rolled out with epsilon-noise (`algorithms/offline_data.py`),
+     each saved as `data/<name>.npz` (D4RL field names) with the normalisers in `data/info.json`;
+  2. preferences: `prefs.num_pairs` pairs of K-step segments per dataset, labelled by the scripted
+     teacher (higher true return wins; Bradley-Terry draws with `prefs.temperature` > 0);
+  3. methods, each one jitted program vmapped over `run.seeds`:
+       bc          behaviour cloning of the whole dataset
+       pref_iql    Bradley-Terry reward model on the preferences, then IQL on its rewards
+       oppo        OPPO on the same preferences (evaluated with z*)
+       oracle_iql  IQL on the true rewards (the upper reference; it sees what the others don't)
+Each (dataset, method) unit writes runs/<dataset>/<method>/result.json and an orbax checkpoint of
+its final per-seed states (checkpoints/<dataset>/<method>); `--resume` skips the finished units
+(a kill loses the unit in progress only). Writes results/oppo_offline_pref/{summary.json,
+table.md, metrics.jsonl, returns.png, zspace.png}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_suite.algorithms import iql, oppo, pref_reward
+from jaxrl_suite.algorithms.iql import BCConfig, IQLConfig
+from jaxrl_suite.algorithms.offline_data import (
+    DATASETS,
+    OfflineDataConfig,
+    build_datasets,
+    dataset_scores,
+)
+from jaxrl_suite.algorithms.oppo import OPPOConfig
+from jaxrl_suite.algorithms.ppo import PPOConfig
+from jaxrl_suite.algorithms.pref_reward import RewardModelConfig
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
+from jaxrl_suite.envs.contextual import ContextualEnv
+from jaxrl_suite.envs.offline import gather_segments, make_preferences, normalized_score
+
+NAME = "oppo_offline_pref"
+METHODS = ("bc", "pref_iql", "oppo", "oracle_iql")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefConfig:
+    num_pairs: int = 500  # labelled segment pairs per dataset
+    segment_length: int = 20  # K; oppo.segment_length and reward.segment_length must equal it
+    temperature: float = 0.0  # 0: scripted teacher; > 0: Bradley-Terry labels at this temperature
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    seeds: int = 3  # vmapped seeds per (dataset, method)
+    datasets: tuple[str, ...] = ("medium", "medium-replay", "medium-expert")
+    methods: tuple[str, ...] = METHODS
+    zspace_dataset: str = "medium-replay"  # the dataset whose OPPO z-space is plotted (seed 0)
+    data_seed: int = 0  # PPO snapshots, rollouts and preference pairs
+
+
+def _default_data() -> OfflineDataConfig:
+    ppo = PPOConfig(env="Pendulum-v1", num_envs=16, total_timesteps=1_024_000, lr=1e-3,
+                    ent_coef=0.0, update_epochs=10, num_minibatches=8, eval_episodes=20)
+    return OfflineDataConfig(ppo=ppo, snapshots=10, num_envs=10, steps_per_env=1000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    data: OfflineDataConfig = dataclasses.field(default_factory=_default_data)
+    prefs: PrefConfig = dataclasses.field(default_factory=PrefConfig)
+    oppo: OPPOConfig = dataclasses.field(default_factory=OPPOConfig)
+    reward: RewardModelConfig = dataclasses.field(default_factory=RewardModelConfig)
+    iql: IQLConfig = dataclasses.field(default_factory=IQLConfig)
+    bc: BCConfig = dataclasses.field(default_factory=BCConfig)
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+
+    def __post_init__(self):
+        for field, values, valid in (("run.datasets", self.run.datasets, DATASETS),
+                                     ("run.methods", self.run.methods, METHODS)):
+            unknown = sorted(set(values) - set(valid))
+            if unknown:
+                raise ValueError(f"{field}: unknown {unknown}; valid: {list(valid)}")
+        if self.run.zspace_dataset not in DATASETS:
+            raise ValueError(f"run.zspace_dataset: unknown '{self.run.zspace_dataset}'; "
+                             f"valid: {list(DATASETS)}")
+        k = self.prefs.segment_length
+        for field, value in (("oppo.segment_length", self.oppo.segment_length),
+                             ("reward.segment_length", self.reward.segment_length)):
+            if value != k:
+                raise ValueError(f"{field}={value} must equal prefs.segment_length={k}")
+        if self.run.seeds < 1:
+            raise ValueError(f"run.seeds must be >= 1, got {self.run.seeds}")
+
+
+# -- data ------------------------------------------------------------------------------------------
+def _load_or_build_data(cfg: Config, data_dir: Path, resume: bool):
+    info_path = data_dir / "info.json"
+    if resume and info_path.is_file():
+        info = json.loads(info_path.read_text())
+        same = (info.get("data_config") == to_dict(cfg.data)
+                and info.get("data_seed") == cfg.run.data_seed)
+        if not same:
+            raise ValueError(f"--resume: {info_path} was built with another data config or "
+                             "run.data_seed; resume with the same config or start afresh")
+        datasets = {}
+        for name in DATASETS:
+            with np.load(data_dir / f"{name}.npz") as f:
+                datasets[name] = {k: f[k] for k in f.files}
+        return datasets, info, True
+    datasets, info = build_datasets(cfg.data, jax.random.PRNGKey(cfg.run.data_seed))
+    info = {**info, "data_config": to_dict(cfg.data), "data_seed": cfg.run.data_seed}
+    if jax.process_index() == 0:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name, d in datasets.items():
+            np.savez_compressed(data_dir / f"{name}.npz", **d)
+        write_json(info_path, info)
+    return datasets, info, False
+
+
+def _preferences(cfg: Config, datasets: dict) -> dict:
+    """Labelled segment pairs of each dataset (keyed by its position in DATASETS)."""
+    prefs = {}
+    key = jax.random.fold_in(jax.random.PRNGKey(cfg.run.data_seed), 1)
+    for name in cfg.run.datasets:
+        p = make_preferences(jax.random.fold_in(key, DATASETS.index(name)), datasets[name],
+                             num_pairs=cfg.prefs.num_pairs, length=cfg.prefs.segment_length,
+                             temperature=cfg.prefs.temperature)
+        prefs[name] = {k: np.asarray(v) for k, v in p.items()}
+    return prefs
+
+
+# -- methods ---------------------------------------------------------------------------------------
+# method -> train(rng) for one dataset: (config, env, data, prefs) -> train
+TRAINERS = {
+    "bc": lambda cfg, env, data, prefs: iql.make_train_bc(cfg.bc, env, data),
+    "pref_iql": lambda cfg, env, data, prefs: pref_reward.make_train(cfg.reward, cfg.iql, env,
+                                                                     data, prefs),
+    "oppo": lambda cfg, env, data, prefs: oppo.make_train(cfg.oppo, env, data, prefs),
+    "oracle_iql": lambda cfg, env, data, prefs: iql.make_train(cfg.iql, env, data),
+}
+
+
+def _diagnostics(method: str, metrics: dict) -> dict:
+    """Per-seed training diagnostics: the mean of the last 10% of steps of a few metrics."""
+    out = {}
+    for k in ("bc_loss", "q_loss", "v_loss", "bt_acc", "bt_loss", "recon", "pref", "pref_acc",
+              "phi_norm", "z_loss"):
+        if k in metrics:
+            m = np.asarray(metrics[k])
+            out[k] = m[:, -max(m.shape[1] // 10, 1):].mean(axis=1).tolist()
+    if "reward_corr" in metrics:
+        out["reward_corr"] = np.asarray(metrics["reward_corr"]).tolist()
+    return out
+
+
+def _segment_embeddings(train, params, prefs: dict) -> jax.Array:
+    """phi of every labelled segment (both of each pair) under one seed's params: [2P, Z]."""
+    o = train.oppo
+    starts = jnp.asarray(prefs["starts"]).reshape(-1)  # [2P]
+    k = o.config.segment_length
+    return o.embed(params, gather_segments(o.obs, starts, k),
+                   gather_segments(o.action_features, starts, k))
+
+
+def _context_diagnostics(train, state, prefs: dict, key: jax.Array) -> dict:
+    """Where z* lies and what other contexts give, per seed (diagnostics, not methods):
+
+    near_phi   the policy conditioned on the labelled segment's phi nearest to z* (z* projected
+               onto the data; uses no true reward)
+    best_phi   conditioned on phi of the labelled segment with the highest true return (an
+               oracle choice of context: it reads the true returns)
+    gap        ||z* - nearest phi|| against the median nearest-neighbour distance among the phis
+    """
+    o = train.oppo
+    seg_returns = jnp.asarray(prefs["returns"]).reshape(-1)  # [2P]
+
+    def per_seed(params, z_star, k):
+        phi = _segment_embeddings(train, params, prefs)
+        d_star = jnp.linalg.norm(phi - z_star, axis=-1)
+        pair = jnp.linalg.norm(phi[:, None] - phi[None], axis=-1)
+        nn = jnp.min(jnp.where(jnp.eye(phi.shape[0], dtype=bool), jnp.inf, pair), axis=1)
+        k_near, k_best = jax.random.split(k)
+        return {"near_phi_return": o.evaluate(params, phi[jnp.argmin(d_star)], k_near),
+                "best_phi_return": o.evaluate(params, phi[jnp.argmax(seg_returns)], k_best),
+                "z_star_to_nearest_phi": jnp.min(d_star), "phi_nn_median": jnp.median(nn),
+                "z_star_norm": jnp.linalg.norm(z_star)}
+
+    keys = jax.random.split(key, state.z_star.shape[0])
+    out = jax.jit(jax.vmap(per_seed))(state.params, state.z_star, keys)
+    return {k: np.asarray(v, np.float64).tolist() for k, v in out.items()}
+
+
+def _zspace(train, state, prefs: dict) -> dict:
+    """PCA (2-D) of seed 0's phi over every labelled segment, with z* projected the same way."""
+    params = jax.tree.map(lambda x: x[0], state.params)
+    phi = np.asarray(_segment_embeddings(train, params, prefs))  # [2P, Z]
+    z_star = np.asarray(state.z_star[0])
+    mean = phi.mean(axis=0)
+    _, s, vt = np.linalg.svd(phi - mean, full_matrices=False)
+    comps = vt[:2]
+    explained = (s[:2] ** 2 / max(float((s**2).sum()), 1e-12)).tolist()
+    returns = np.asarray(prefs["returns"]).reshape(-1)
+    dist = np.linalg.norm(phi - z_star, axis=1)
+    corr = float(np.corrcoef(dist, returns)[0, 1]) if returns.std() > 0 else float("nan")
+    return {"pc": ((phi - mean) @ comps.T).tolist(), "returns": returns.tolist(),
+            "z_star": ((z_star - mean) @ comps.T).tolist(), "explained": explained,
+            "corr_dist_return": corr}
+
+
+def _run_unit(cfg, method, env, data, prefs, info, unit_dir: Path, ckpt_dir: Path,
+              want_zspace: bool) -> dict:
+    t0 = time.perf_counter()
+    train = TRAINERS[method](cfg, env, data, prefs)
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method)),
+                            cfg.run.seeds)
+    state, metrics = jax.jit(jax.vmap(train))(keys)
+    returns = np.asarray(metrics["eval_return"], np.float64)
+    scores = np.asarray(normalized_score(returns, info["random_return"], info["expert_return"]))
+    result = {"method": method, "returns": returns.tolist(), "scores": scores.tolist(),
+              "score_mean": float(scores.mean()), "score_std": float(scores.std()),
+              "diagnostics": _diagnostics(method, metrics),
+              "wall_time_s": time.perf_counter() - t0}
+    if method == "oppo":
+        ctx = _context_diagnostics(train, state, prefs, jax.random.fold_in(keys[0], 7))
+        for name in ("near_phi", "best_phi"):
+            ctx[f"{name}_score"] = np.asarray(normalized_score(
+                np.asarray(ctx[f"{name}_return"]), info["random_return"],
+                info["expert_return"])).tolist()
+        result["contexts"] = ctx
+        if want_zspace:
+            result["zspace"] = _zspace(train, state, prefs)
+    if ckpt_dir.exists() and jax.process_index() == 0:
+        shutil.rmtree(ckpt_dir)  # a unit killed after its save, before its result.json
+    ckpt = Checkpointer(ckpt_dir, keep=1)
+    ckpt.save(0, state, {"method": method}, force=True)
+    ckpt.close()
+    if jax.process_index() == 0:
+        write_json(unit_dir / "result.json", result)
+    return result
+
+
+# -- the experiment --------------------------------------------------------------------------------
+def run(cfg: Config, opts: RunOptions) -> dict:
+    t0 = time.perf_counter()
+    env = ContextualEnv(cfg.data.ppo.env)
+    datasets, info, reused = _load_or_build_data(cfg, opts.out_dir / "data", opts.resume)
+    stream = cfg.data.steps_per_env
+    _print(f"[{NAME}] {cfg.data.ppo.env} data {'reloaded' if reused else 'built'}: random "
+           f"{info['random_return']:.1f}, expert {info['expert_return']:.1f}; snapshot scores "
+           f"{np.round(info['snapshot_scores'], 1).tolist()}")
+    prefs = _preferences(cfg, datasets)
+    units = [(d, m) for d in cfg.run.datasets for m in cfg.run.methods]
+    results: dict[str, dict] = {d: {} for d in cfg.run.datasets}
+
+    def finished(d, m):  # a unit's result and the checkpoint of its final states
+        return ((opts.out_dir / "runs" / d / m / "result.json").is_file()
+                and (opts.out_dir / "checkpoints" / d / m).is_dir())
+
+    # metrics.jsonl: one record per unit in order; a resumed run rewrites it, the finished units'
+    # records from their result.json, so every unit appears exactly once
+    logger = MetricsLogger(opts.out_dir, tensorboard=opts.tensorboard)
+    for step, (d, m) in enumerate(units, start=1):
+        unit_dir = opts.out_dir / "runs" / d / m
+        if opts.resume and finished(d, m):
+            results[d][m] = r = json.loads((unit_dir / "result.json").read_text())
+            _print(f"[{NAME}] {d} / {m}: done before ({_fmt(r)})")
+        else:
+            results[d][m] = r = _run_unit(cfg, m, env, datasets[d], prefs[d], info, unit_dir,
+                                          opts.out_dir / "checkpoints" / d / m,
+                                          d == cfg.run.zspace_dataset)
+            _print(f"[{NAME}] {d} / {m}: {_fmt(r)}")
+        logger.log({"step": step, "dataset": d, "method": m, "score_mean": r["score_mean"],
+                    "score_std": r["score_std"], "wall_time_s": r["wall_time_s"]})
+    logger.close()
+
+    data_stats = {}
+    for d in cfg.run.datasets:
+        s = dataset_scores(datasets[d], info, stream)
+        label = prefs[d]["label"]
+        data_stats[d] = {"rows": int(len(datasets[d]["rewards"])),
+                         "episode_score_mean": float(s.mean()) if len(s) else None,
+                         "episodes": int(len(s)), "pref_tie_frac": float(np.mean(label == 0.5))}
+    claim = {}
+    for d in cfg.run.datasets:
+        if {"oppo", "pref_iql"} <= set(results[d]):
+            o, p = results[d]["oppo"], results[d]["pref_iql"]
+            claim[d] = {"oppo_minus_pref_iql": o["score_mean"] - p["score_mean"],
+                        "oppo_ge_pref_iql": bool(o["score_mean"] >= p["score_mean"])}
+    if claim:
+        claim["holds_on"] = f"{sum(c['oppo_ge_pref_iql'] for c in claim.values())}/{len(claim)}"
+    summary = {"experiment": NAME, "config": to_dict(cfg), "env": cfg.data.ppo.env,
+               "normalisers": {"random_return": info["random_return"],
+                               "expert_return": info["expert_return"]},
+               "snapshot_scores": info["snapshot_scores"], "datasets": data_stats,
+               "results": {d: {m: {k: v for k, v in r.items() if k != "zspace"}
+                               for m, r in rs.items()} for d, rs in results.items()},
+               "claim": claim, "resumed": opts.resume, "wall_time_s": time.perf_counter() - t0}
+    table = _table(cfg, results, data_stats)
+    if jax.process_index() == 0:
+        write_json(opts.out_dir / "summary.json", summary)
+        (opts.out_dir / "table.md").write_text(table + "\n")
+        _plot_returns(cfg, results, opts.out_dir / "returns.png")
+        z = results.get(cfg.run.zspace_dataset, {}).get("oppo", {}).get("zspace")
+        if z is not None:
+            _plot_zspace(z, cfg, opts.out_dir / "zspace.png")
+    _print(table)
+    return summary
+
+
+def _fmt(r: dict) -> str:
+    return (f"normalised score {r['score_mean']:.1f} +- {r['score_std']:.1f} "
+            f"({len(r['scores'])} seeds, {r['wall_time_s']:.0f} s)")
+
+
+def _table(cfg: Config, results: dict, data_stats: dict) -> str:
+    methods = [m for m in METHODS if m in cfg.run.methods]
+    head = "| dataset | data (behaviour) | " + " | ".join(methods) + " |"
+    lines = [f"D4RL-normalised return on {cfg.data.ppo.env}, mean +- std over {cfg.run.seeds} "
+             "seeds", "", head, "|" + "---|" * (len(methods) + 2)]
+    for d, rs in results.items():
+        beh = data_stats[d]["episode_score_mean"]
+        cells = [f"{rs[m]['score_mean']:.1f} +- {rs[m]['score_std']:.1f}" if m in rs else "-"
+                 for m in methods]
+        lines.append(f"| {d} | {'-' if beh is None else f'{beh:.1f}'} | " + " | ".join(cells)
+                     + " |")
+    ctx = {d: rs["oppo"]["contexts"] for d, rs in results.items()
+           if "contexts" in rs.get("oppo", {})}
+    if ctx:
+        ms = lambda x: f"{np.mean(x):.1f} +- {np.std(x):.1f}"
+        lines += ["", "OPPO's policy under other contexts (diagnostics; best phi reads the true "
+                  "returns), and the gap ||z* - nearest phi|| / median phi nearest-neighbour "
+                  "distance", "", "| dataset | z* | nearest phi to z* | best-return phi | gap |",
+                  "|---|---|---|---|---|"]
+        for d, c in ctx.items():
+            gap = np.asarray(c["z_star_to_nearest_phi"]) / np.asarray(c["phi_nn_median"])
+            lines.append(f"| {d} | {ms(results[d]['oppo']['scores'])} | {ms(c['near_phi_score'])} "
+                         f"| {ms(c['best_phi_score'])} | {np.mean(gap):.1f}x |")
+    return "\n".join(lines)
+
+
+def _plot_returns(cfg: Config, results: dict, path: Path) -> None:
+    plt = pyplot()
+    methods = [m for m in METHODS if m in cfg.run.methods]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 3.6))
+    width = 0.8 / len(methods)
+    for j, m in enumerate(methods):
+        x = np.arange(len(results)) + (j - (len(methods) - 1) / 2) * width
+        mean = [rs[m]["score_mean"] if m in rs else np.nan for rs in results.values()]
+        std = [rs[m]["score_std"] if m in rs else 0.0 for rs in results.values()]
+        ax.bar(x, mean, width, yerr=std, capsize=3, label=m)
+        for xi, rs in zip(x, results.values(), strict=True):
+            if m in rs:
+                ax.scatter(np.full(len(rs[m]["scores"]), xi), rs[m]["scores"], s=6, c="k",
+                           zorder=3)
+    ax.set_xticks(range(len(results)), list(results))
+    ax.set_ylabel("D4RL-normalised return")
+    ax.axhline(100, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=8, ncol=len(methods))
+    ax.set_title(f"{cfg.data.ppo.env}: mean +- std over {cfg.run.seeds} seeds (dots: seeds)")
+    save_figure(fig, path)
+
+
+def _plot_zspace(z: dict, cfg: Config, path: Path) -> None:
+    plt = pyplot()
+    pc = np.asarray(z["pc"])
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    sc = ax.scatter(pc[:, 0], pc[:, 1], c=z["returns"], s=8, cmap="viridis")
+    ax.scatter(*z["z_star"], marker="*", s=250, c="r", edgecolors="k", label="z*")
+    fig.colorbar(sc, ax=ax, label=f"true return of the {cfg.prefs.segment_length}-step segment")
+    ev = z["explained"]
+    ax.set_xlabel(f"PC 1 ({100 * ev[0]:.0f}% var)")
+    ax.set_ylabel(f"PC 2 ({100 * ev[1]:.0f}% var)" if len(ev) > 1 else "PC 2")
+    ax.legend(loc="best")
+    ax.set_title(f"OPPO phi(segment), {cfg.run.zspace_dataset}, seed 0\n"
+                 f"corr(||phi - z*||, return) = {z['corr_dist_return']:.2f}", fontsize=9)
+    save_figure(fig, path)
+
+
+def _print(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    config_cls=Config,
+    run=run,
+    description="OPPO vs preference reward + IQL, BC and oracle IQL on PPO-generated datasets",
+)
+
+__all__ = ["EXPERIMENT", "METHODS", "Config"]

@@ -1,0 +1,77 @@
+"""The oppo_offline_pref experiment end to end through the CLI at --smoke size."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxrl_suite.cli import main
+
+SMOKE = ["run", "oppo_offline_pref", "--smoke", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("oppo") / "run"
+    assert main([*SMOKE, "--out", str(out)]) == 0
+    return out
+
+
+def test_smoke_writes_table_plots_datasets_and_claim(smoke_run, capsys):
+    out = smoke_run
+    summary = json.loads((out / "summary.json").read_text())
+    res = summary["results"]["medium-replay"]
+    assert set(res) == {"bc", "pref_iql", "oppo", "oracle_iql"}
+    for r in res.values():
+        assert len(r["scores"]) == 2  # 2 seeds in the smoke config
+        assert r["score_mean"] == pytest.approx(np.mean(r["scores"]))
+        assert r["score_std"] == pytest.approx(np.std(r["scores"]))
+    assert -1 <= res["pref_iql"]["diagnostics"]["reward_corr"][0] <= 1
+    claim = summary["claim"]["medium-replay"]
+    assert claim["oppo_minus_pref_iql"] == pytest.approx(
+        res["oppo"]["score_mean"] - res["pref_iql"]["score_mean"])
+    assert summary["claim"]["holds_on"] in ("0/1", "1/1")
+    assert "| medium-replay |" in (out / "table.md").read_text()
+    for png in ("returns.png", "zspace.png"):
+        assert (out / png).stat().st_size > 1000
+    oppo = json.loads((out / "runs/medium-replay/oppo/result.json").read_text())
+    z, ctx = oppo["zspace"], oppo["contexts"]
+    assert len(ctx["near_phi_score"]) == len(ctx["best_phi_score"]) == 2
+    assert all(g > 0 for g in ctx["z_star_to_nearest_phi"])
+    assert "| nearest phi to z* |" in (out / "table.md").read_text()
+    assert len(z["pc"]) == len(z["returns"]) == 2 * 32  # both segments of every labelled pair
+    # the saved datasets are in the D4RL layout and reload as they were written
+    data = np.load(out / "data" / "medium-replay.npz")
+    assert {"observations", "actions", "rewards", "terminals", "timeouts",
+            "next_observations"} <= set(data.files)
+    assert summary["datasets"]["medium-replay"]["rows"] == len(data["rewards"])
+
+
+def test_resume_reruns_only_the_missing_unit(smoke_run, capsys):
+    out = smoke_run
+    before = json.loads((out / "summary.json").read_text())
+    (out / "runs/medium-replay/bc/result.json").unlink()  # as if killed during the bc unit
+    capsys.readouterr()
+    assert main([*SMOKE, "--out", str(out), "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "data reloaded" in printed
+    assert printed.count("done before") == 3 and "medium-replay / bc: normalised" in printed
+    after = json.loads((out / "summary.json").read_text())
+    for m in ("oppo", "pref_iql", "oracle_iql"):
+        assert after["results"]["medium-replay"][m] == before["results"]["medium-replay"][m]
+    # the recomputed unit reproduces its first run exactly (same data, same keys)
+    assert (after["results"]["medium-replay"]["bc"]["scores"]
+            == before["results"]["medium-replay"]["bc"]["scores"])
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("run.methods=[cql]", "run.methods: unknown ['cql']"),
+    ("oppo.segment_length=7", "oppo.segment_length=7 must equal prefs.segment_length=5"),
+    ("run.datasets=[replay]", "run.datasets: unknown ['replay']"),
+])
+def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
+    assert main([*SMOKE, "--set", override, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
