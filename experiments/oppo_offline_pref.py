@@ -5,7 +5,7 @@ Claim checked (Kang et al., "Beyond Reward: Offline Preference-guided Policy Opt
 hindsight encoder, a contextual policy and an optimal context z* found by a triplet loss) does at
 least as well as learning a scalar reward from the preferences and running offline RL on it.
 
-    jaxrl-suite run oppo_offline_pref              # full size (Pendulum, 3 datasets, 3 seeds)
+    jaxrl-suite run oppo_offline_pref              # full size (Pendulum, 4 datasets, 3 seeds)
     jaxrl-suite run oppo_offline_pref --resume     # a killed run continues after its last unit
     jaxrl-suite run oppo_offline_pref --smoke      # seconds; what the tests run
 
@@ -71,7 +71,7 @@ class PrefConfig:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     seeds: int = 3  # vmapped seeds per (dataset, method)
-    datasets: tuple[str, ...] = ("medium", "medium-replay", "medium-expert")
+    datasets: tuple[str, ...] = ("random", "medium", "medium-replay", "medium-expert")
     methods: tuple[str, ...] = METHODS
     zspace_dataset: str = "medium-replay"  # the dataset whose OPPO z-space is plotted (seed 0)
     data_seed: int = 0  # PPO snapshots, rollouts and preference pairs

@@ -186,7 +186,9 @@ def check_preferences(prefs: Mapping[str, Any], data: Mapping[str, Any],
         raise ValueError(f"prefs: 'starts' must be [P, 2] and 'label' [P], got "
                          f"{starts.shape} and {label.shape}")
     n = int(np.shape(data["rewards"])[0])
-    if int(starts.min()) < 0 or int(starts.max()) + length > n:
+    if int(starts.min()) < 0:
+        raise ValueError(f"prefs: 'starts' has a negative row {int(starts.min())}")
+    if int(starts.max()) + length > n:
         raise ValueError(f"prefs: a segment of segment_length={length} starting at row "
                          f"{int(starts.max())} runs past the {n} rows")
     return starts.astype(jnp.int32), label

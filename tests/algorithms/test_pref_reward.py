@@ -73,6 +73,7 @@ def test_reward_then_iql_is_one_vmapped_program(pendulum):
     (lambda p: {"starts": p["starts"]}, "prefs: missing field 'label'"),
     (lambda p: {"starts": p["starts"][:, 0], "label": p["label"]}, "'starts' must be"),
     (lambda p: {"starts": p["starts"] + 1000, "label": p["label"]}, "runs past the 400 rows"),
+    (lambda p: {"starts": p["starts"] - 1000, "label": p["label"]}, "negative row"),
 ])
 def test_bad_preferences_are_one_line_errors(pendulum, prefs_of, message):
     env, data, prefs, _ = pendulum
