@@ -125,6 +125,13 @@ class Task(abc.ABC):
         """Whether `completion` fully solves `ex` (score == 1.0)."""
         return self.score(completion, ex) == 1.0
 
+    def feedback(self, completion: str, ex: Example) -> str:
+        """A short verifier message on `completion` for a self-iteration prompt (never raises;
+        it must not give the answer away). Default: "wrong" / "correct" / "no answer"."""
+        if extract_answer(completion) is None:
+            return "no answer"
+        return "correct" if self.is_correct(completion, ex) else "wrong"
+
     def reward(self, completion: str, ex: Example, *, format_weight: float = 0.0) -> float:
         """score(completion, ex) + format_weight * format_reward(completion)."""
         return self.score(completion, ex) + format_weight * format_reward(completion)

@@ -214,6 +214,19 @@ class CountdownTask(Task):
         return 0.5 * float(1 - miss)
 
 
+    def feedback(self, completion: str, ex: Example) -> str:
+        """"value 23, target 25" for a valid expression; "no answer" / "invalid expression"."""
+        content = extract_answer(completion)
+        if content is None:
+            return "no answer"
+        try:
+            value = parse_expression(content, ex.meta.numbers)
+        except ValueError:
+            return "invalid expression"
+        shown = str(value.numerator) if value.denominator == 1 else f"{float(value):.4g}"
+        return f"value {shown}, target {ex.meta.target}"
+
+
 TASKS.register(CountdownTask.name, CountdownTask)
 
 __all__ = ["CountdownMeta", "CountdownTask", "parse_expression"]
