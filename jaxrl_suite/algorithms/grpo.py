@@ -139,6 +139,18 @@ def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
 
 
+def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
+    """Mean over each completion's tokens of the model's final-normed hidden states: [B, D]."""
+    tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)  # [B, P+N]
+    key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)
+    positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
+    _, _, h = model.apply(params, tokens, positions=positions, key_mask=key_mask,
+                          return_hidden=True)
+    h = h[:, seq.prompt.shape[1]:].astype(jnp.float32)  # [B, N, D], the completion tokens
+    m = seq.completion_mask.astype(jnp.float32)[..., None]
+    return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+
+
 @functools.cache
 def _greedy_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: int):
     """One jitted greedy sampler per model and length, shared by the SFT and GRPO evaluations."""
@@ -348,6 +360,7 @@ class GRPOTrainer(LMTrainer):
         self._advantages = jax.jit(
             lambda r: group_advantages(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         )
+        self._embed = jax.jit(functools.partial(completion_embeddings, model))
 
     def init_state(self, params, rng) -> TrainState:
         return self.place_state(init_train_state(params, self.optimizer, rng))
@@ -390,14 +403,26 @@ class GRPOTrainer(LMTrainer):
         return self.anchor
 
     def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
+        """One GRPO iteration on `examples`: `rollout`, then `update` with group advantages."""
+        t0 = time.perf_counter()
+        seq, old_logp, rewards, info = self.rollout(state, examples)
+        info = dict(info, gen_time=time.perf_counter() - t0)
+        return self.update(state, seq, old_logp, rewards, info, t0=t0)
+
+    def update(self, state: TrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
+               info: dict, *, advantages: np.ndarray | None = None,
+               t0: float | None = None) -> tuple[TrainState, dict]:
+        """The `mu` policy updates on a rollout (`rollout`'s outputs). `advantages` [B*G]
+        replaces the group-normalised ones (e.g. after ExIt's diversity bonus); `t0` is when the
+        rollout started (for the throughput metrics)."""
         if self.config.entropy_reg == "siren" and self.anchor is None:
             raise ValueError("grpo.entropy_reg='siren' needs an anchor: set grpo.siren_anchor or "
                              "call GRPOTrainer.measure_anchor with the initial policy first")
-        t0 = time.perf_counter()
-        seq, old_logp, rewards, info = self.rollout(state, examples)
-        t_gen = time.perf_counter() - t0
-        advantages = np.asarray(self._advantages(rewards))  # [B*G], the same on every process
-        advantages = shard_batch(advantages[process_rows(advantages.shape[0])], self.mesh)
+        t0 = time.perf_counter() if t0 is None else t0
+        if advantages is None:
+            advantages = np.asarray(self._advantages(rewards))  # [B*G], the same everywhere
+        advantages = shard_batch(np.asarray(advantages, np.float32)[
+            process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
         anchor = jnp.asarray(0.0 if self.anchor is None else self.anchor, jnp.float32)
         batch = GRPOBatch(seq, old_logp, ref_logp, advantages, anchor)
@@ -405,6 +430,7 @@ class GRPOTrainer(LMTrainer):
             state, metrics = self._update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
+        t_gen = info.get("gen_time", 0.0)
         std = rewards.std(axis=1)
         metrics.update(
             reward=float(rewards.mean()), reward_std=float(std.mean()),
@@ -413,3 +439,11 @@ class GRPOTrainer(LMTrainer):
             update_time=dt - t_gen,
         )
         return state, metrics
+
+    def group_advantages(self, rewards: np.ndarray) -> np.ndarray:
+        """The configured group-relative advantages of rewards [B, G], flattened to [B*G]."""
+        return np.asarray(self._advantages(rewards))
+
+    def completion_embeddings(self, params, seq: SeqBatch) -> jax.Array:
+        """The policy's mean-pooled final hidden states over each completion: [B*G, D]."""
+        return self._embed(params, seq)

@@ -1,0 +1,164 @@
+"""ExIt training and multi-step evaluation on top of `GRPOTrainer` (arXiv 2509.04575).
+
+One `ExItTrainer.step`:
+  1. the buffer (`curricula.exit.ExItBuffer`) decides, per prompt, whether to start from a fresh
+     training task (turn 0) or from a stored partial history, and whether the step is
+     self-divergent;
+  2. the prompts are built on the host (`envs.text.iteration_prompt`: task, previous answer,
+     score and feedback) and GRPO samples G completions per prompt (`GRPOTrainer.rollout`);
+  3. the learnability of each group (variance of its min-max normalised rewards) becomes the
+     priority of the entry it expanded, and every completion enters the buffer as a new partial
+     history one turn deeper, with its group's learnability as priority;
+  4. the group advantages get the diversity bonus (the policy's mean-pooled final hidden states
+     of the completions, `GRPOTrainer.completion_embeddings`) and GRPO updates (`update`).
+
+Only single self-improvement steps are trained. `evaluate_iterations` runs a policy greedily for
+1..T self-iteration steps on held-out tasks and returns the mean score after each step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
+from jaxrl_suite.core.train import TrainState
+from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
+from jaxrl_suite.envs.text import Example, iteration_prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class ExItConfig:
+    p_select: float = 0.5  # probability of starting from a buffer entry (once it holds min_size)
+    p_div: float = 0.1  # probability of a self-divergent step
+    capacity: int = 1024  # buffer entries
+    min_size: int = 64  # sample from the buffer only once it holds this many entries
+    rank_temperature: float = 1.0  # T of the rank-based sampling weights
+    diversity_bonus: bool = True  # scale successful responses' advantages by their diversity
+    max_previous_chars: int = 48  # how much of the previous answer a prompt shows
+
+    def buffer(self, response_len: int) -> ExItBuffer:
+        return ExItBuffer(capacity=self.capacity, response_len=response_len,
+                          p_select=self.p_select, p_div=self.p_div, min_size=self.min_size,
+                          rank_temperature=self.rank_temperature)
+
+
+class ExItTrainer:
+    """ExIt on `grpo`'s task: single-step iterations from a learnability-prioritised buffer."""
+
+    def __init__(self, grpo: GRPOTrainer, config: ExItConfig):
+        self.grpo, self.config = grpo, config
+        self.task, self.tokenizer = grpo.task, grpo.tokenizer
+        self.buffer = config.buffer(grpo.config.max_new_tokens)
+        self._sample = jax.jit(self.buffer.sample, static_argnums=2)
+        self._update_priority = jax.jit(self.buffer.update_priority)
+        self._insert = jax.jit(self.buffer.insert)
+        self._learnability = jax.jit(learnability)
+        self._bonus = jax.jit(jax.vmap(lambda e, a: diversity_bonus(e, a)[0]))
+
+    def init_buffer(self) -> ExItState:
+        return self.buffer.init()
+
+    def prompt_for(self, example: Example, previous: str | None, divergent: bool) -> Example:
+        """`example` with its prompt replaced by the self-iteration prompt."""
+        prompt = iteration_prompt(self.task, example, previous, divergent=divergent,
+                                  max_previous_chars=self.config.max_previous_chars)
+        return dataclasses.replace(example, prompt=prompt)
+
+    def batch(self, bstate: ExItState, cursor: int, key: jax.Array):
+        """The step's prompts: (examples [B], task index [B], turn [B] of the histories they
+        extend, from_buffer [B], divergent [B], buffer index [B], fresh tasks used)."""
+        b = self.grpo.config.prompts_per_step
+        sel = jax.device_get(self._sample(bstate, key, b))
+        tasks, turns, examples = [], [], []
+        fresh = 0
+        responses = np.asarray(bstate.response)
+        lens = np.asarray(bstate.response_len)
+        for i in range(b):
+            if sel.from_buffer[i]:
+                j = int(sel.index[i])
+                idx, turn = int(bstate.task[j]), int(bstate.turn[j])
+                previous = self.tokenizer.decode(responses[j, : lens[j]])
+                ex = self.prompt_for(self.task.example("train", idx), previous,
+                                     bool(sel.divergent[i]))
+            else:
+                idx, turn = cursor + fresh, 0
+                fresh += 1
+                ex = self.task.example("train", idx)
+            tasks.append(idx)
+            turns.append(turn)
+            examples.append(ex)
+        return (examples, np.array(tasks, np.int32), np.array(turns, np.int32),
+                np.asarray(sel.from_buffer), np.asarray(sel.divergent),
+                np.asarray(sel.index), fresh)
+
+    def step(self, state: TrainState, bstate: ExItState, cursor: int, key: jax.Array):
+        """One ExIt iteration. Returns (state, bstate, cursor advanced by the fresh tasks used,
+        metrics)."""
+        g = self.grpo.config.group_size
+        t0 = time.perf_counter()
+        examples, tasks, turns, from_buffer, divergent, index, fresh = self.batch(bstate, cursor,
+                                                                                  key)
+        seq, old_logp, rewards, info = self.grpo.rollout(state, examples)
+        info = dict(info, gen_time=time.perf_counter() - t0)
+        groups = jnp.asarray(rewards, jnp.float32)  # [B, G]
+        learn = np.asarray(self._learnability(groups))  # [B]
+        bstate = self._update_priority(bstate, index, learn, from_buffer)
+        tokens = gather_rows(host_local(seq.completion))  # [B*G, N]
+        lengths = gather_rows(host_local(seq.completion_mask)).sum(1).astype(np.int32)
+        bstate = self._insert(bstate, np.repeat(tasks, g), np.repeat(turns + 1, g), tokens,
+                              lengths, rewards.reshape(-1), np.repeat(learn, g),
+                              np.ones(tokens.shape[0], bool))
+        advantages = self.grpo.group_advantages(rewards)  # [B*G]
+        if self.config.diversity_bonus:
+            emb = gather_rows(host_local(self.grpo.completion_embeddings(state.params, seq)))
+            advantages = np.asarray(self._bonus(emb.reshape(len(examples), g, -1),
+                                                advantages.reshape(len(examples), g))).reshape(-1)
+        state, metrics = self.grpo.update(state, seq, old_logp, rewards, info,
+                                          advantages=advantages, t0=t0)
+        metrics.update({k: float(v) for k, v in self.buffer.metrics(bstate).items()})
+        metrics.update(from_buffer_frac=float(from_buffer.mean()),
+                       divergent_frac=float((divergent & from_buffer).mean()),
+                       batch_mean_turn=float(turns.mean()), learnability=float(learn.mean()),
+                       tokens=float(info["tokens"]))
+        return state, bstate, cursor + fresh, metrics
+
+
+def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], *, steps: int,
+                        batch_size: int) -> np.ndarray:
+    """Greedy self-iteration on `examples` for `steps` steps: mean score after each step [T].
+
+    Step 1 answers the task's own prompt; step t > 1 answers the self-iteration prompt built from
+    step t-1's completion and its feedback (improve mode). `scores[-1] - scores[0]` is the gain
+    from iterating."""
+    task, tok = grpo.task, grpo.tokenizer
+    n_dev = grpo.mesh.devices.size
+    batch_size = max(n_dev, batch_size - batch_size % n_dev)
+    rows = process_rows(batch_size)
+    previous: list[str | None] = [None] * len(examples)
+    scores = np.zeros((steps, len(examples)), np.float32)
+    for t in range(steps):
+        prompts = [dataclasses.replace(e, prompt=iteration_prompt(task, e, p))
+                   for e, p in zip(examples, previous, strict=True)]
+        texts: list[str] = []
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compile
+            local = padded[rows]
+            prompt, prompt_mask = shard_batch(grpo.encode_prompts(local), grpo.mesh)
+            out = grpo._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
+            tokens = gather_rows(host_local(out.tokens))
+            mask = gather_rows(host_local(out.mask))
+            texts += tok.decode_batch(tokens, mask)[: len(chunk)]
+        scores[t] = [task.score(x, e) for x, e in zip(texts, examples, strict=True)]
+        previous = texts
+    return scores.mean(axis=1)
+
+
+__all__ = ["ExItConfig", "ExItTrainer", "evaluate_iterations"]

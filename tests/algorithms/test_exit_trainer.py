@@ -1,0 +1,71 @@
+"""ExIt on GRPO (issue 7, step 3): buffer-driven single-step iterations, embeddings, evaluation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_suite.algorithms.exit import ExItConfig, ExItTrainer, evaluate_iterations
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch
+from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.envs.text import make_task
+from jaxrl_suite.envs.text.tokenizer import load_tokenizer
+from jaxrl_suite.models import CausalLM, LMConfig
+
+N = 12  # completion budget
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = CausalLM(LMConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64))
+    params = model.init(jax.random.PRNGKey(0), np.zeros((1, 8), np.int32))
+    grpo = GRPOTrainer(model, load_tokenizer(), make_task("sort", num_items=3, max_value=9),
+                       GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=N),
+                       mesh=make_mesh(1), prompt_len=96)
+    return model, params, grpo
+
+
+def test_steps_fill_the_buffer_then_extend_its_histories(setup):
+    _, params, grpo = setup
+    exit_ = ExItTrainer(grpo, ExItConfig(capacity=32, min_size=8, p_select=1.0, p_div=0.5))
+    state, bstate = grpo.init_state(params, jax.random.PRNGKey(1)), exit_.init_buffer()
+    state, bstate, cursor, m1 = exit_.step(state, bstate, 0, jax.random.PRNGKey(2))
+    assert m1["from_buffer_frac"] == 0.0 and cursor == 4  # buffer below min_size: fresh tasks
+    assert m1["exit/size"] == 16 and m1["exit/max_turn"] == 1  # every completion entered
+    np.testing.assert_array_equal(np.sort(np.asarray(bstate.task)[:16]),
+                                  np.repeat(np.arange(4), 4))
+    examples, tasks, turns, from_buffer, divergent, index, fresh = exit_.batch(
+        bstate, cursor, jax.random.PRNGKey(3))
+    assert from_buffer.all() and fresh == 0 and (turns == 1).all()
+    for ex, t, d in zip(examples, tasks, divergent, strict=True):
+        assert ex.prompt.startswith(grpo.task.example("train", int(t)).prompt + " | prev ")
+        assert ex.prompt.endswith("diverge:" if d else "improve:")
+    state, bstate, cursor2, m2 = exit_.step(state, bstate, cursor, jax.random.PRNGKey(3))
+    assert cursor2 == cursor and m2["from_buffer_frac"] == 1.0 and m2["batch_mean_turn"] == 1.0
+    assert m2["exit/size"] == 32 and m2["exit/max_turn"] == 2
+    for k in ("loss", "reward", "learnability", "exit/mean_priority", "tokens"):
+        assert np.isfinite(m2[k]), k
+
+
+def test_completion_embeddings_equal_a_direct_unpadded_forward(setup):
+    model, params, grpo = setup
+    tok = grpo.tokenizer
+    prompt, pmask = tok.encode_batch(["sort 3 1 2:", "sort 9 8 7:"], 16)
+    comp, cmask = tok.encode_batch(["<answer>1 2", "<a"], 12, side="right")
+    seq = SeqBatch(jnp.asarray(prompt), jnp.asarray(pmask), jnp.asarray(comp),
+                   jnp.asarray(cmask, jnp.float32))
+    got = np.asarray(grpo.completion_embeddings(params, seq))
+    for row in range(2):
+        p = prompt[row][pmask[row]]
+        c = comp[row][cmask[row]]
+        tokens = np.concatenate([p, c])[None]
+        _, _, h = model.apply(params, jnp.asarray(tokens), return_hidden=True)
+        want = np.asarray(h[0, len(p):]).mean(0)
+        np.testing.assert_allclose(got[row], want, rtol=2e-4, atol=2e-5)
+
+
+def test_evaluate_iterations_feeds_each_answer_back(setup):
+    _, params, grpo = setup
+    examples = grpo.task.examples("test", 0, 3)
+    scores = evaluate_iterations(grpo, params, examples, steps=3, batch_size=4)
+    assert scores.shape == (3,) and ((0 <= scores) & (scores <= 1)).all()
