@@ -21,12 +21,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, SeqBatch
 from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
 from jaxrl_suite.core.train import TrainState
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
@@ -49,8 +50,29 @@ class ExItConfig:
                           rank_temperature=self.rank_temperature)
 
 
+class ExItTrainState(NamedTuple):
+    """What an ExIt run checkpoints: the GRPO train state and the buffer."""
+
+    train: TrainState
+    buffer: ExItState
+
+    @property
+    def step(self):
+        return self.train.step
+
+
+def _decode_rows(tokenizer, seq) -> list[str]:
+    """Every completion of a rollout (all processes' rows, in order) as text."""
+    tokens = gather_rows(host_local(seq.completion))
+    mask = gather_rows(host_local(seq.completion_mask)) > 0
+    return tokenizer.decode_batch(tokens, mask)
+
+
 class ExItTrainer:
-    """ExIt on `grpo`'s task: single-step iterations from a learnability-prioritised buffer."""
+    """ExIt on `grpo`'s task: single-step iterations from a learnability-prioritised buffer.
+
+    Follows the `algorithms.loop.fit` protocol: `batch(cursor)` gives the step's B fresh training
+    tasks (index, example), of which `step` uses those the buffer does not replace."""
 
     def __init__(self, grpo: GRPOTrainer, config: ExItConfig):
         self.grpo, self.config = grpo, config
@@ -62,8 +84,12 @@ class ExItTrainer:
         self._learnability = jax.jit(learnability)
         self._bonus = jax.jit(jax.vmap(lambda e, a: diversity_bonus(e, a)[0]))
 
-    def init_buffer(self) -> ExItState:
-        return self.buffer.init()
+    def init_state(self, params, rng) -> ExItTrainState:
+        return ExItTrainState(self.grpo.init_state(params, rng), self.buffer.init())
+
+    def batch(self, cursor: int) -> list[tuple[int, Example]]:
+        b = self.grpo.config.prompts_per_step
+        return [(cursor + i, self.task.example("train", cursor + i)) for i in range(b)]
 
     def prompt_for(self, example: Example, previous: str | None, divergent: bool) -> Example:
         """`example` with its prompt replaced by the self-iteration prompt."""
@@ -71,44 +97,36 @@ class ExItTrainer:
                                   max_previous_chars=self.config.max_previous_chars)
         return dataclasses.replace(example, prompt=prompt)
 
-    def batch(self, bstate: ExItState, cursor: int, key: jax.Array):
+    def select(self, bstate: ExItState, fresh: Sequence[tuple[int, Example]], key: jax.Array):
         """The step's prompts: (examples [B], task index [B], turn [B] of the histories they
-        extend, from_buffer [B], divergent [B], buffer index [B], fresh tasks used)."""
-        b = self.grpo.config.prompts_per_step
-        sel = jax.device_get(self._sample(bstate, key, b))
+        extend, from_buffer [B], divergent [B], buffer index [B])."""
+        sel = jax.device_get(self._sample(bstate, key, len(fresh)))
+        responses, lens = np.asarray(bstate.response), np.asarray(bstate.response_len)
         tasks, turns, examples = [], [], []
-        fresh = 0
-        responses = np.asarray(bstate.response)
-        lens = np.asarray(bstate.response_len)
-        for i in range(b):
+        for i, (idx, ex) in enumerate(fresh):
+            turn = 0
             if sel.from_buffer[i]:
                 j = int(sel.index[i])
                 idx, turn = int(bstate.task[j]), int(bstate.turn[j])
                 previous = self.tokenizer.decode(responses[j, : lens[j]])
                 ex = self.prompt_for(self.task.example("train", idx), previous,
                                      bool(sel.divergent[i]))
-            else:
-                idx, turn = cursor + fresh, 0
-                fresh += 1
-                ex = self.task.example("train", idx)
             tasks.append(idx)
             turns.append(turn)
             examples.append(ex)
         return (examples, np.array(tasks, np.int32), np.array(turns, np.int32),
-                np.asarray(sel.from_buffer), np.asarray(sel.divergent),
-                np.asarray(sel.index), fresh)
+                np.asarray(sel.from_buffer), np.asarray(sel.divergent), np.asarray(sel.index))
 
-    def step(self, state: TrainState, bstate: ExItState, cursor: int, key: jax.Array):
-        """One ExIt iteration. Returns (state, bstate, cursor advanced by the fresh tasks used,
-        metrics)."""
+    def step(self, state: ExItTrainState, fresh: Sequence[tuple[int, Example]]):
         g = self.grpo.config.group_size
         t0 = time.perf_counter()
-        examples, tasks, turns, from_buffer, divergent, index, fresh = self.batch(bstate, cursor,
-                                                                                  key)
-        seq, old_logp, rewards, info = self.grpo.rollout(state, examples)
+        train, bstate = state
+        key = jax.random.fold_in(jax.random.wrap_key_data(train.rng), train.step)
+        examples, tasks, turns, from_buffer, divergent, index = self.select(
+            bstate, fresh, jax.random.fold_in(key, 1))
+        seq, old_logp, rewards, info = self.grpo.rollout(train, examples)
         info = dict(info, gen_time=time.perf_counter() - t0)
-        groups = jnp.asarray(rewards, jnp.float32)  # [B, G]
-        learn = np.asarray(self._learnability(groups))  # [B]
+        learn = np.asarray(self._learnability(jnp.asarray(rewards, jnp.float32)))  # [B]
         bstate = self._update_priority(bstate, index, learn, from_buffer)
         tokens = gather_rows(host_local(seq.completion))  # [B*G, N]
         lengths = gather_rows(host_local(seq.completion_mask)).sum(1).astype(np.int32)
@@ -117,17 +135,64 @@ class ExItTrainer:
                               np.ones(tokens.shape[0], bool))
         advantages = self.grpo.group_advantages(rewards)  # [B*G]
         if self.config.diversity_bonus:
-            emb = gather_rows(host_local(self.grpo.completion_embeddings(state.params, seq)))
+            emb = gather_rows(host_local(self.grpo.completion_embeddings(train.params, seq)))
             advantages = np.asarray(self._bonus(emb.reshape(len(examples), g, -1),
                                                 advantages.reshape(len(examples), g))).reshape(-1)
-        state, metrics = self.grpo.update(state, seq, old_logp, rewards, info,
+        train, metrics = self.grpo.update(train, seq, old_logp, rewards, info,
                                           advantages=advantages, t0=t0)
         metrics.update({k: float(v) for k, v in self.buffer.metrics(bstate).items()})
         metrics.update(from_buffer_frac=float(from_buffer.mean()),
                        divergent_frac=float((divergent & from_buffer).mean()),
                        batch_mean_turn=float(turns.mean()), learnability=float(learn.mean()),
                        tokens=float(info["tokens"]))
-        return state, bstate, cursor + fresh, metrics
+        return ExItTrainState(train, bstate), metrics
+
+
+class MultiTurnTrainer:
+    """The naive fixed-depth baseline: GRPO on whole K-turn revision episodes.
+
+    Each of the G episodes per task answers the task, then revises its own answer K-1 times
+    (self-iteration prompts, one sample per turn); the episode's reward is the final answer's
+    reward, and every turn's tokens get the episode's group-normalised advantage. Follows the
+    `fit` protocol (`batch(cursor)` = B fresh training tasks)."""
+
+    def __init__(self, grpo: GRPOTrainer, turns: int = 3, max_previous_chars: int = 48):
+        if turns < 1:
+            raise ValueError(f"turns must be >= 1, got {turns}")
+        self.grpo, self.turns, self.max_previous_chars = grpo, turns, max_previous_chars
+
+    def init_state(self, params, rng) -> TrainState:
+        return self.grpo.init_state(params, rng)
+
+    def batch(self, cursor: int) -> list[Example]:
+        return self.grpo.batch(cursor)
+
+    def step(self, state: TrainState, examples: Sequence[Example]):
+        grpo, g = self.grpo, self.grpo.config.group_size
+        t0 = time.perf_counter()
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        seq, old_logp, rewards, info = grpo.rollout(state, examples, key=jax.random.fold_in(
+            key, 0))
+        seqs, logps, tokens = [seq], [old_logp], info["tokens"]
+        rows = [e for e in examples for _ in range(g)]  # episode i of task j: row j * G + i
+        for t in range(1, self.turns):
+            previous = _decode_rows(grpo.tokenizer, seq)
+            prompts = [dataclasses.replace(e, prompt=iteration_prompt(
+                grpo.task, e, p, max_previous_chars=self.max_previous_chars))
+                for e, p in zip(rows, previous, strict=True)]
+            seq, old_logp, last, info_t = grpo.rollout(state, prompts, group_size=1,
+                                                       key=jax.random.fold_in(key, t))
+            seqs.append(seq)
+            logps.append(old_logp)
+            tokens += info_t["tokens"]
+            rewards, info = last.reshape(len(examples), g), info_t
+        advantages = np.tile(grpo.group_advantages(rewards), self.turns)  # [K*B*G]
+        seq = SeqBatch(*(jnp.concatenate(parts) for parts in zip(*seqs, strict=True)))
+        info = dict(info, tokens=tokens, gen_time=time.perf_counter() - t0)
+        state, metrics = grpo.update(state, seq, jnp.concatenate(logps), rewards, info,
+                                     advantages=advantages, t0=t0)
+        metrics["tokens"] = float(tokens)
+        return state, metrics
 
 
 def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], *, steps: int,
@@ -161,4 +226,4 @@ def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], 
     return scores.mean(axis=1)
 
 
-__all__ = ["ExItConfig", "ExItTrainer", "evaluate_iterations"]
+__all__ = ["ExItConfig", "ExItTrainState", "ExItTrainer", "MultiTurnTrainer", "evaluate_iterations"]

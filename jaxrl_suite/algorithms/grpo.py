@@ -368,18 +368,23 @@ class GRPOTrainer(LMTrainer):
     def batch(self, cursor: int) -> list[Example]:
         return self.task.examples("train", cursor, self.config.prompts_per_step)
 
-    def rollout(self, state: TrainState, examples: Sequence[Example]):
+    def rollout(self, state: TrainState, examples: Sequence[Example], *,
+                group_size: int | None = None, key: jax.Array | None = None):
         """Sample G completions per prompt and score them.
 
         Each process samples and scores its own prompts (`process_rows`); the rewards of all
         processes are gathered, so `rewards` and `info` describe the whole global batch.
+        `group_size` overrides G (e.g. 1 for the later turns of a multi-turn episode) and `key`
+        the sampling key (default: the state's RNG folded with its step).
         Returns (SeqBatch [B*G rows], old_logp [B*G, N], rewards [B, G], info).
         """
         c = self.config
+        g = c.group_size if group_size is None else group_size
         local = examples[process_rows(len(examples))]
-        group = [e for e in local for _ in range(c.group_size)]  # prompt i -> rows [iG, (i+1)G)
+        group = [e for e in local for _ in range(g)]  # prompt i -> rows [iG, (i+1)G)
         prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        if key is None:
+            key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         out = self._sample(state.params, prompt, prompt_mask, key)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
@@ -388,7 +393,7 @@ class GRPOTrainer(LMTrainer):
              self.task.score(t, e) == 1.0, m.sum()]
             for t, e, m in zip(texts, group, mask, strict=True)
         ], np.float32))
-        rewards = per_row[:, 0].reshape(len(examples), c.group_size)
+        rewards = per_row[:, 0].reshape(len(examples), g)
         seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
                 "tokens": int(per_row[:, 2].sum())}

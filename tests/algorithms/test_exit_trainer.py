@@ -5,7 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.exit import ExItConfig, ExItTrainer, evaluate_iterations
+from jaxrl_suite.algorithms.exit import (
+    ExItConfig,
+    ExItTrainer,
+    MultiTurnTrainer,
+    evaluate_iterations,
+)
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
@@ -28,23 +33,56 @@ def setup():
 def test_steps_fill_the_buffer_then_extend_its_histories(setup):
     _, params, grpo = setup
     exit_ = ExItTrainer(grpo, ExItConfig(capacity=32, min_size=8, p_select=1.0, p_div=0.5))
-    state, bstate = grpo.init_state(params, jax.random.PRNGKey(1)), exit_.init_buffer()
-    state, bstate, cursor, m1 = exit_.step(state, bstate, 0, jax.random.PRNGKey(2))
-    assert m1["from_buffer_frac"] == 0.0 and cursor == 4  # buffer below min_size: fresh tasks
+    state = exit_.init_state(params, jax.random.PRNGKey(1))
+    fresh = exit_.batch(0)
+    assert [i for i, _ in fresh] == [0, 1, 2, 3]
+    state, m1 = exit_.step(state, fresh)
+    assert m1["from_buffer_frac"] == 0.0  # buffer below min_size: the fresh tasks
     assert m1["exit/size"] == 16 and m1["exit/max_turn"] == 1  # every completion entered
-    np.testing.assert_array_equal(np.sort(np.asarray(bstate.task)[:16]),
+    np.testing.assert_array_equal(np.sort(np.asarray(state.buffer.task)[:16]),
                                   np.repeat(np.arange(4), 4))
-    examples, tasks, turns, from_buffer, divergent, index, fresh = exit_.batch(
-        bstate, cursor, jax.random.PRNGKey(3))
-    assert from_buffer.all() and fresh == 0 and (turns == 1).all()
+    examples, tasks, turns, from_buffer, divergent, _ = exit_.select(
+        state.buffer, exit_.batch(4), jax.random.PRNGKey(3))
+    assert from_buffer.all() and (turns == 1).all() and set(tasks) <= {0, 1, 2, 3}
     for ex, t, d in zip(examples, tasks, divergent, strict=True):
         assert ex.prompt.startswith(grpo.task.example("train", int(t)).prompt + " | prev ")
         assert ex.prompt.endswith("diverge:" if d else "improve:")
-    state, bstate, cursor2, m2 = exit_.step(state, bstate, cursor, jax.random.PRNGKey(3))
-    assert cursor2 == cursor and m2["from_buffer_frac"] == 1.0 and m2["batch_mean_turn"] == 1.0
-    assert m2["exit/size"] == 32 and m2["exit/max_turn"] == 2
+    state, m2 = exit_.step(state, exit_.batch(4))
+    assert m2["from_buffer_frac"] == 1.0 and m2["batch_mean_turn"] == 1.0
+    assert m2["exit/size"] == 32 and m2["exit/max_turn"] == 2 and int(state.step) == 2
     for k in ("loss", "reward", "learnability", "exit/mean_priority", "tokens"):
         assert np.isfinite(m2[k]), k
+
+
+def test_multi_turn_baseline_revises_each_episode_and_shares_the_final_advantage(setup,
+                                                                                monkeypatch):
+    _, params, grpo = setup
+    calls, updates = [], []
+    rollout, update = grpo.rollout, grpo.update
+
+    def spy_rollout(state, examples, **kw):
+        calls.append((list(examples), kw.get("group_size")))
+        return rollout(state, examples, **kw)
+
+    def spy_update(state, seq, old_logp, rewards, info, **kw):
+        updates.append((seq.completion.shape, np.asarray(kw["advantages"]), rewards, info))
+        return update(state, seq, old_logp, rewards, info, **kw)
+
+    monkeypatch.setattr(grpo, "rollout", spy_rollout)
+    monkeypatch.setattr(grpo, "update", spy_update)
+    naive = MultiTurnTrainer(grpo, turns=3)
+    state = naive.init_state(params, jax.random.PRNGKey(1))
+    examples = naive.batch(0)
+    state, m = naive.step(state, examples)
+    assert [len(c[0]) for c in calls] == [4, 16, 16] and [c[1] for c in calls] == [None, 1, 1]
+    for ex_t in calls[1][0][::4]:
+        assert " | prev " in ex_t.prompt
+    assert calls[1][0][5].prompt.startswith(examples[1].prompt)  # row j*G + i: task j
+    shape, adv, rewards, info = updates[0]
+    assert shape == (48, N) and adv.shape == (48,) and rewards.shape == (4, 4)
+    np.testing.assert_array_equal(adv[:16], adv[16:32])  # every turn: the episode's advantage
+    np.testing.assert_allclose(adv[:16], grpo.group_advantages(rewards), rtol=1e-6)
+    assert m["tokens"] == info["tokens"] and np.isfinite(m["loss"])
 
 
 def test_completion_embeddings_equal_a_direct_unpadded_forward(setup):
