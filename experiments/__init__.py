@@ -4,6 +4,7 @@ from experiments import (
     carl_generalization,
     elmur_popgym,
     elmur_tmaze,
+    exit_self_improve,
     grpo_arithmetic,
     oppo_offline_pref,
     siren_entropy,
@@ -12,5 +13,5 @@ from experiments import (
 from jaxrl_suite.core.experiment import EXPERIMENTS
 
 for _module in (grpo_arithmetic, carl_generalization, space_curriculum, elmur_tmaze,
-                elmur_popgym, siren_entropy, oppo_offline_pref):
+                elmur_popgym, siren_entropy, oppo_offline_pref, exit_self_improve):
     EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)

@@ -44,6 +44,11 @@ class ExItConfig:
     diversity_bonus: bool = True  # scale successful responses' advantages by their diversity
     max_previous_chars: int = 48  # how much of the previous answer a prompt shows
 
+    def __post_init__(self):
+        self.buffer(1)  # validates the buffer fields, naming the one at fault
+        if self.max_previous_chars < 1:
+            raise ValueError(f"max_previous_chars must be >= 1, got {self.max_previous_chars}")
+
     def buffer(self, response_len: int) -> ExItBuffer:
         return ExItBuffer(capacity=self.capacity, response_len=response_len,
                           p_select=self.p_select, p_div=self.p_div, min_size=self.min_size,

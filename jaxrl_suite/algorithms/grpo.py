@@ -440,8 +440,8 @@ class GRPOTrainer(LMTrainer):
         metrics.update(
             reward=float(rewards.mean()), reward_std=float(std.mean()),
             zero_std_frac=float(np.mean(std == 0)), accuracy=info["accuracy"],
-            length=info["length"], tokens_per_s=info["tokens"] / dt, gen_time=t_gen,
-            update_time=dt - t_gen,
+            length=info["length"], tokens=float(info["tokens"]),
+            tokens_per_s=info["tokens"] / dt, gen_time=t_gen, update_time=dt - t_gen,
         )
         return state, metrics
 

@@ -45,3 +45,20 @@ def test_sort_diverge_prompt_and_arithmetic_feedback_hides_the_answer():
 def test_previous_answer_is_bounded():
     assert previous_answer("<answer>" + "1" * 100 + "</answer>", 10) == "1" * 10
     assert previous_answer("garbage") == "none"
+
+
+def test_iteration_mix_shows_a_share_as_iteration_steps_with_the_true_target():
+    from jaxrl_suite.envs.text import IterationMix
+
+    base = make_task("sort", num_items=4)
+    mix = IterationMix(base, p_iter=0.5)
+    exs = [mix.example("train", i) for i in range(200)]
+    iters = [e for e in exs if " | prev " in e.prompt]
+    assert 0.35 < len(iters) / len(exs) < 0.65
+    for i, e in enumerate(exs):
+        plain = base.example("train", i)
+        assert e.answer == plain.answer and mix.solution(e) == base.solution(plain)
+        assert e.prompt.startswith(plain.prompt)
+    assert mix.example("train", 3) == mix.example("train", 3)  # deterministic
+    with pytest.raises(ValueError, match="p_iter must be in"):
+        IterationMix(base, p_iter=2.0)

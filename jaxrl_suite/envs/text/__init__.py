@@ -13,7 +13,7 @@ from jaxrl_suite.envs.text.base import (
     make_task,
 )
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
-from jaxrl_suite.envs.text.iteration import iteration_prompt, previous_answer
+from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 
@@ -25,6 +25,7 @@ __all__ = [
     "CountdownTask",
     "SortTask",
     "Example",
+    "IterationMix",
     "Task",
     "Tokenizer",
     "answer_tags",

@@ -14,6 +14,11 @@ prompts short and their length bounded by `max_previous_chars`.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
 from jaxrl_suite.envs.text.base import Example, Task, extract_answer
 
 IMPROVE, DIVERGE = "improve", "diverge"
@@ -40,4 +45,47 @@ def iteration_prompt(task: Task, ex: Example, previous: str | None, *, divergent
             f"score {score:.2f}, {task.feedback(previous, ex)} | {mode}:")
 
 
-__all__ = ["DIVERGE", "IMPROVE", "iteration_prompt", "previous_answer"]
+@dataclasses.dataclass(frozen=True)
+class IterationMix(Task):
+    """SFT data for the self-iteration format: `base`'s examples, a share `p_iter` of them shown
+    as a self-iteration step (improve, or diverge with probability `p_div`) whose previous attempt
+    is the solution of another example of the same split: a well-formed but wrong answer. The
+    target is always the example's own solution, and scoring is `base`'s."""
+
+    name: ClassVar[str] = "iteration_mix"
+    base: Task
+    p_iter: float = 0.5
+    p_div: float = 0.1
+    seed: int = 0
+    max_previous_chars: int = 48
+
+    def __post_init__(self):
+        for field in ("p_iter", "p_div"):
+            if not 0.0 <= getattr(self, field) <= 1.0:
+                raise ValueError(f"{field} must be in [0, 1], got {getattr(self, field)}")
+
+    def _generate(self, rng: np.random.Generator) -> Example:
+        raise NotImplementedError("IterationMix draws its examples from `base` (see example)")
+
+    def example(self, split: str, index: int) -> Example:
+        ex = self.base.example(split, index)
+        rng = np.random.default_rng([self.seed, 7, index, split == "test"])
+        if rng.random() >= self.p_iter:
+            return ex
+        other = self.base.example(split, index + 1 + int(rng.integers(1000)))
+        prompt = iteration_prompt(self.base, ex, self.base.solution(other),
+                                  divergent=bool(rng.random() < self.p_div),
+                                  max_previous_chars=self.max_previous_chars)
+        return dataclasses.replace(ex, prompt=prompt)
+
+    def solution(self, ex: Example) -> str:
+        return self.base.solution(ex)
+
+    def score(self, completion: str, ex: Example) -> float:
+        return self.base.score(completion, ex)
+
+    def feedback(self, completion: str, ex: Example) -> str:
+        return self.base.feedback(completion, ex)
+
+
+__all__ = ["DIVERGE", "IMPROVE", "IterationMix", "iteration_prompt", "previous_answer"]

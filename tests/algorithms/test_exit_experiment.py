@@ -1,0 +1,60 @@
+"""The exit_self_improve experiment end to end through the CLI at --smoke size."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxrl_suite.cli import main
+
+SMOKE = ["run", "exit_self_improve", "--smoke", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("exit") / "run"
+    assert main([*SMOKE, "--out", str(out)]) == 0
+    return out
+
+
+def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    assert set(summary["variants"]) == {"grpo", "naive", "exit"}
+    assert len(summary["sft_scores"]) == 3  # eval.steps in the smoke config
+    for v, s in summary["variants"].items():
+        per_seed = np.array(s["scores_per_seed"])
+        assert per_seed.shape == (2, 3) and ((0 <= per_seed) & (per_seed <= 1)).all()
+        np.testing.assert_allclose(s["scores_mean"], per_seed.mean(0))
+        assert summary["claim"][v]["gain_total"] == pytest.approx(
+            s["scores_mean"][-1] - s["scores_mean"][0])
+    tokens = {v: s["train_tokens_mean"] for v, s in summary["variants"].items()}
+    assert tokens["naive"] > 2 * tokens["grpo"]  # three turns of generation per episode
+    assert (smoke_run / "iterations.png").stat().st_size > 1000
+    assert "| exit |" in (smoke_run / "table.md").read_text()
+    records = [json.loads(x) for x in (smoke_run / "runs/exit_s0/metrics.jsonl").read_text()
+               .splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert records[-1]["exit/size"] > 0 and "from_buffer_frac" in records[-1]
+
+
+def test_resume_reruns_only_the_missing_run(smoke_run, capsys):
+    before = json.loads((smoke_run / "runs/exit_s1/result.json").read_text())
+    (smoke_run / "runs/exit_s1/result.json").unlink()
+    capsys.readouterr()
+    assert main([*SMOKE, "--out", str(smoke_run), "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("done before") == 5
+    after = json.loads((smoke_run / "runs/exit_s1/result.json").read_text())
+    # restored from its final checkpoint (train state and buffer): the same evaluation
+    assert after["scores"] == before["scores"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("variants.names=[exit,ppo]", "variants.names must be distinct entries"),
+    ("task.name=chess", "task.name must be one of"),
+    ("exit.p_select=2.0", "p_select must be in [0, 1]"),
+])
+def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
+    assert main([*SMOKE, "--set", override, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
