@@ -43,11 +43,10 @@ from jaxrl_suite.algorithms.exit import (
     evaluate_iterations,
 )
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
-from jaxrl_suite.algorithms.loop import fit
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, pyplot, read_metrics, save_figure, write_json
+from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure, write_json
 from jaxrl_suite.envs.text import IterationMix, Task, make_task
 from jaxrl_suite.models import LMConfig
 
@@ -166,17 +165,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                        max_previous_chars=cfg.exit.max_previous_chars)
     sft = SFTTrainer(model, tokenizer, mix, cfg.sft, max_new_tokens=cfg.grpo.max_new_tokens,
                      **common)
-    sft_ckpt = Checkpointer(opts.out_dir / "checkpoints" / "sft",
-                            save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints)
-    sft_state, cursor, resume_step = sft.init_state(params, sft_key), 0, None
-    if opts.resume and sft_ckpt.latest_step() is not None:
-        sft_state, meta = sft_ckpt.restore(sft_state)
-        cursor, resume_step = meta["cursor"], int(sft_state.step) + 1
-    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    sft_state, _ = fit(sft, sft_state, stage="sft", num_steps=cfg.sft.steps, cursor=cursor,
-                       checkpointer=sft_ckpt, logger=logger, progress=opts.progress)
-    logger.close()
-    sft_ckpt.close()
+    sft_state = fit_resumable(
+        sft, sft.init_state(params, sft_key), stage="sft", num_steps=cfg.sft.steps,
+        checkpoint_dir=opts.out_dir / "checkpoints" / "sft", log_dir=opts.out_dir,
+        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints, resume=opts.resume,
+        tensorboard=opts.tensorboard, progress=opts.progress)
     grpo_plain = GRPOTrainer(model, tokenizer, task, cfg.grpo, ref_params=sft_state.params,
                              **common)
     sft_scores = evaluate_iterations(grpo_plain, sft_state.params, held_out,
@@ -217,19 +210,12 @@ def _train_one(trainer, grpo: GRPOTrainer, sft_params, grpo_key, variant: str, s
     """One resumable run; returns its per-step held-out scores and its training compute."""
     t0 = time.perf_counter()
     run_dir = opts.out_dir / "runs" / _run_name(variant, seed)
-    ckpt = Checkpointer(opts.out_dir / "checkpoints" / _run_name(variant, seed),
-                        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints)
-    init = trainer.init_state(sft_params, jax.random.fold_in(grpo_key, seed))
-    state, cursor, resume_step = init, 0, None
-    if opts.resume and ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(init)
-        cursor, resume_step = meta["cursor"], int(state.step) + 1
-    logger = MetricsLogger(run_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    state, _ = fit(trainer, state, stage=variant, num_steps=cfg.grpo.steps, cursor=cursor,
-                   checkpointer=ckpt, logger=logger, progress=opts.progress,
-                   postfix=("reward", "tokens"))
-    logger.close()
-    ckpt.close()
+    state = fit_resumable(
+        trainer, trainer.init_state(sft_params, jax.random.fold_in(grpo_key, seed)),
+        stage=variant, num_steps=cfg.grpo.steps,
+        checkpoint_dir=opts.out_dir / "checkpoints" / _run_name(variant, seed), log_dir=run_dir,
+        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints, resume=opts.resume,
+        tensorboard=opts.tensorboard, progress=opts.progress, postfix=("reward", "tokens"))
     params = state.train.params if variant == "exit" else state.params
     scores = evaluate_iterations(grpo, params, held_out, steps=cfg.eval.steps,
                                  batch_size=cfg.eval.batch_size)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.grpo_arithmetic import _print
 from jaxrl_suite.algorithms import iql, oppo, pref_reward
 from jaxrl_suite.algorithms.iql import BCConfig, IQLConfig
 from jaxrl_suite.algorithms.offline_data import (
@@ -393,10 +393,6 @@ def _plot_zspace(z: dict, cfg: Config, path: Path) -> None:
     ax.set_title(f"OPPO phi(segment), {cfg.run.zspace_dataset}, seed 0\n"
                  f"corr(||phi - z*||, return) = {z['corr_dist_return']:.2f}", fontsize=9)
     save_figure(fig, path)
-
-
-def _print(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
 
 
 EXPERIMENT = Experiment(

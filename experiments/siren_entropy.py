@@ -37,11 +37,10 @@ import numpy as np
 
 from experiments.grpo_arithmetic import _print, _setup
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
-from jaxrl_suite.algorithms.loop import fit
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, plot_iqr_bands, read_metrics, write_json
+from jaxrl_suite.core.metrics import plot_iqr_bands, read_metrics, write_json
 from jaxrl_suite.envs.text import Task, make_task
 from jaxrl_suite.models import LMConfig
 
@@ -168,17 +167,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     # ---- SFT: one checkpoint that every GRPO run starts from ----
     sft = SFTTrainer(model, tokenizer, task, cfg.sft, max_new_tokens=cfg.grpo.max_new_tokens,
                      **common)
-    sft_ckpt = Checkpointer(opts.out_dir / "checkpoints" / "sft",
-                            save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints)
-    sft_state, cursor, resume_step = sft.init_state(params, sft_key), 0, None
-    if opts.resume and sft_ckpt.latest_step() is not None:
-        sft_state, meta = sft_ckpt.restore(sft_state)
-        cursor, resume_step = meta["cursor"], int(sft_state.step) + 1
-    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    sft_state, _ = fit(sft, sft_state, stage="sft", num_steps=cfg.sft.steps, cursor=cursor,
-                       checkpointer=sft_ckpt, logger=logger, progress=opts.progress)
-    logger.close()
-    sft_ckpt.close()
+    sft_state = fit_resumable(
+        sft, sft.init_state(params, sft_key), stage="sft", num_steps=cfg.sft.steps,
+        checkpoint_dir=opts.out_dir / "checkpoints" / "sft", log_dir=opts.out_dir,
+        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints, resume=opts.resume,
+        tensorboard=opts.tensorboard, progress=opts.progress)
     sft_eval_path = opts.out_dir / "sft_eval.json"
     if opts.resume and sft_eval_path.is_file():
         sft_eval = json.loads(sft_eval_path.read_text())
@@ -232,27 +225,20 @@ def _train_one(trainer: GRPOTrainer, sft_params, grpo_key, variant: str, seed: i
                cfg: Config, opts: RunOptions, evaluate) -> dict:
     """One GRPO run (resumable from its checkpoints); returns its held-out evaluation."""
     t0 = time.perf_counter()
-    ckpt = Checkpointer(opts.out_dir / "checkpoints" / _run_name(variant, seed),
-                        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints)
     init = trainer.init_state(sft_params, jax.random.fold_in(grpo_key, seed))
-    state, cursor, resume_step = init, 0, None
-    if opts.resume and ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(init)
-        cursor, resume_step = meta["cursor"], int(state.step) + 1
     if variant == "siren":  # the anchor: the SFT policy's H_bar on this seed's first batch
         trainer.anchor = cfg.grpo.siren_anchor
         if trainer.anchor is None:
             trainer.measure_anchor(init, trainer.batch(0))
-    logger = MetricsLogger(run_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    state, _ = fit(trainer, state, stage="grpo", num_steps=cfg.grpo.steps, cursor=cursor,
-                   checkpointer=ckpt, logger=logger, progress=opts.progress,
-                   postfix=("reward", "entropy"))
-    ckpt.close()
+    state = fit_resumable(
+        trainer, init, stage="grpo", num_steps=cfg.grpo.steps,
+        checkpoint_dir=opts.out_dir / "checkpoints" / _run_name(variant, seed), log_dir=run_dir,
+        save_every=cfg.run.checkpoint_every, keep=cfg.run.keep_checkpoints, resume=opts.resume,
+        tensorboard=opts.tensorboard, progress=opts.progress, postfix=("reward", "entropy"))
     result = {"variant": variant, "seed": seed, **evaluate(trainer, state.params)}
     if variant == "siren":
         result["anchor"] = trainer.anchor
     result["wall_time_s"] = time.perf_counter() - t0
-    logger.close()
     return result
 
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, SeqBatch
-from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
+from jaxrl_suite.core.parallel import gather_rows, host_local
 from jaxrl_suite.core.train import TrainState
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
 from jaxrl_suite.envs.text import Example, iteration_prompt
@@ -107,12 +107,13 @@ class ExItTrainer:
         extend, from_buffer [B], divergent [B], buffer index [B])."""
         sel = jax.device_get(self._sample(bstate, key, len(fresh)))
         responses, lens = np.asarray(bstate.response), np.asarray(bstate.response_len)
+        buf_task, buf_turn = np.asarray(bstate.task), np.asarray(bstate.turn)  # one copy each
         tasks, turns, examples = [], [], []
         for i, (idx, ex) in enumerate(fresh):
             turn = 0
             if sel.from_buffer[i]:
                 j = int(sel.index[i])
-                idx, turn = int(bstate.task[j]), int(bstate.turn[j])
+                idx, turn = int(buf_task[j]), int(buf_turn[j])
                 previous = self.tokenizer.decode(responses[j, : lens[j]])
                 ex = self.prompt_for(self.task.example("train", idx), previous,
                                      bool(sel.divergent[i]))
@@ -207,26 +208,13 @@ def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], 
     Step 1 answers the task's own prompt; step t > 1 answers the self-iteration prompt built from
     step t-1's completion and its feedback (improve mode). `scores[-1] - scores[0]` is the gain
     from iterating."""
-    task, tok = grpo.task, grpo.tokenizer
-    n_dev = grpo.mesh.devices.size
-    batch_size = max(n_dev, batch_size - batch_size % n_dev)
-    rows = process_rows(batch_size)
     previous: list[str | None] = [None] * len(examples)
     scores = np.zeros((steps, len(examples)), np.float32)
     for t in range(steps):
-        prompts = [dataclasses.replace(e, prompt=iteration_prompt(task, e, p))
+        prompts = [dataclasses.replace(e, prompt=iteration_prompt(grpo.task, e, p))
                    for e, p in zip(examples, previous, strict=True)]
-        texts: list[str] = []
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compile
-            local = padded[rows]
-            prompt, prompt_mask = shard_batch(grpo.encode_prompts(local), grpo.mesh)
-            out = grpo._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
-            tokens = gather_rows(host_local(out.tokens))
-            mask = gather_rows(host_local(out.mask))
-            texts += tok.decode_batch(tokens, mask)[: len(chunk)]
-        scores[t] = [task.score(x, e) for x, e in zip(texts, examples, strict=True)]
+        texts, _ = grpo.greedy_completions(params, prompts, batch_size=batch_size)
+        scores[t] = [grpo.task.score(x, e) for x, e in zip(texts, examples, strict=True)]
         previous = texts
     return scores.mean(axis=1)
 

@@ -130,20 +130,27 @@ class GRPOBatch(NamedTuple):
     anchor: jax.Array  # [] SIREN's target entropy (unused unless entropy_reg == "siren")
 
 
+def _full_sequence(seq: SeqBatch, drop_last: bool):
+    """(tokens, key_mask, positions) of prompt + completion [B, P+N] (without the last token when
+    `drop_last`: it predicts nothing)."""
+    tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)
+    key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)
+    if drop_last:
+        tokens, key_mask = tokens[:, :-1], key_mask[:, :-1]
+    positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
+    return tokens, key_mask, positions
+
+
 def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Logits that predict each completion token: [B, N, V]."""
-    tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)[:, :-1]  # [B, P+N-1]
-    key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)[:, :-1]
-    positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
+    tokens, key_mask, positions = _full_sequence(seq, drop_last=True)  # [B, P+N-1]
     logits, _ = model.apply(params, tokens, positions=positions, key_mask=key_mask)
     return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
 
 
 def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Mean over each completion's tokens of the model's final-normed hidden states: [B, D]."""
-    tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)  # [B, P+N]
-    key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)
-    positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
+    tokens, key_mask, positions = _full_sequence(seq, drop_last=False)  # [B, P+N]
     _, _, h = model.apply(params, tokens, positions=positions, key_mask=key_mask,
                           return_hidden=True)
     h = h[:, seq.prompt.shape[1]:].astype(jnp.float32)  # [B, N, D], the completion tokens
@@ -196,28 +203,30 @@ class LMTrainer:
     def place_state(self, state):
         return replicate(state, self.mesh)
 
-    def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
-        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
+    def greedy_completions(self, params, examples: Sequence[Example], *,
+                           batch_size: int) -> tuple[list[str], np.ndarray]:
+        """Greedy completion of every example (all processes' rows, in order): (texts, lengths
+        [len(examples)]). Fixed-size batches (the last one padded), so one compile."""
         n_dev = self.mesh.devices.size
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
         rows = process_rows(batch_size)
-        stats = []  # per example: [correct, length]
+        texts, lengths = [], []
         for start in range(0, len(examples), batch_size):
             chunk = list(examples[start : start + batch_size])
             padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
-            local = padded[rows]
-            prompt, prompt_mask = shard_batch(self.encode_prompts(local), self.mesh)
+            prompt, prompt_mask = shard_batch(self.encode_prompts(padded[rows]), self.mesh)
             out = self._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
-            mask = host_local(out.mask)
-            texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
-            local_stats = np.array(
-                [[self.task.is_correct(t, e), m.sum()] for t, e, m in zip(texts, local, mask,
-                                                                          strict=True)],
-                np.float32,
-            )
-            stats.append(gather_rows(local_stats)[: len(chunk)])
-        stats = np.concatenate(stats)
-        return {"accuracy": float(stats[:, 0].mean()), "length": float(stats[:, 1].mean())}
+            tokens = gather_rows(host_local(out.tokens))[: len(chunk)]
+            mask = gather_rows(host_local(out.mask))[: len(chunk)]
+            texts += self.tokenizer.decode_batch(tokens, mask)
+            lengths.append(mask.sum(axis=1))
+        return texts, np.concatenate(lengths)
+
+    def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
+        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
+        texts, lengths = self.greedy_completions(params, examples, batch_size=batch_size)
+        correct = [self.task.is_correct(t, e) for t, e in zip(texts, examples, strict=True)]
+        return {"accuracy": float(np.mean(correct)), "length": float(lengths.mean())}
 
     def evaluate_sampled(
         self, params, examples: Sequence[Example], *, n: int, ks: Sequence[int],
@@ -425,7 +434,7 @@ class GRPOTrainer(LMTrainer):
                              "call GRPOTrainer.measure_anchor with the initial policy first")
         t0 = time.perf_counter() if t0 is None else t0
         if advantages is None:
-            advantages = np.asarray(self._advantages(rewards))  # [B*G], the same everywhere
+            advantages = self.group_advantages(rewards)  # [B*G], the same on every process
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None

@@ -65,3 +65,36 @@ def fit(
     bar.close()
     checkpointer.wait()
     return state, cursor
+
+
+def fit_resumable(
+    trainer,
+    init: TrainState,
+    *,
+    stage: str,
+    num_steps: int,
+    checkpoint_dir,
+    log_dir,
+    save_every: int,
+    keep: int,
+    resume: bool,
+    tensorboard: bool = False,
+    progress: bool = True,
+    postfix: Sequence[str] = ("loss",),
+) -> TrainState:
+    """`fit` with its own checkpoints and log: with `resume`, continue from the latest
+    checkpoint in `checkpoint_dir` (state and data cursor) and drop the log records written after
+    it; otherwise start from `init`. Logs to `log_dir/metrics.jsonl`; returns the final state."""
+    ckpt = Checkpointer(checkpoint_dir, save_every=save_every, keep=keep)
+    state, cursor, resume_step = init, 0, None
+    if resume and ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(init)
+        cursor, resume_step = meta["cursor"], int(state.step) + 1
+    logger = MetricsLogger(log_dir, resume_step=resume_step, tensorboard=tensorboard)
+    try:
+        state, _ = fit(trainer, state, stage=stage, num_steps=num_steps, cursor=cursor,
+                       checkpointer=ckpt, logger=logger, progress=progress, postfix=postfix)
+    finally:
+        logger.close()
+        ckpt.close()
+    return state
