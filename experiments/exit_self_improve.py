@@ -48,7 +48,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure, write_json
 from jaxrl_suite.envs.text import IterationMix, Task, make_task
-from jaxrl_suite.models import LMConfig
+from jaxrl_suite.models.hf import ModelConfig
 
 NAME = "exit_self_improve"
 VARIANTS = ("grpo", "naive", "exit")
@@ -124,7 +124,7 @@ class RunConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     task: TaskConfig = TaskConfig()
-    model: LMConfig = LMConfig()
+    model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
     sft: SFTConfig = SFTConfig()
     sft_iter_frac: float = 0.5  # share of SFT prompts in the self-iteration format
     grpo: GRPOConfig = GRPOConfig()  # shared by every variant

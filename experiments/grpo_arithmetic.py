@@ -29,7 +29,8 @@ from jaxrl_suite.core.metrics import MetricsLogger, plot_curves, read_metrics, w
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import Task, make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
-from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models import CausalLM
+from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
 
 NAME = "grpo_arithmetic"
 
@@ -62,7 +63,8 @@ class EvalConfig:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     seed: int = 0  # model init and sampling seed
-    tokenizer: str = "byt5"  # "byt5" (bytes, no files) or a local Hugging Face tokenizer dir
+    tokenizer: str = "byt5"  # "byt5" (bytes, no files) or a local HF tokenizer dir (model.hf_path
+    # brings its own tokenizer, which replaces this one)
     num_devices: int | None = None  # devices on the "data" mesh axis (None = all)
     checkpoint_every: int = 50  # save every this many steps of each stage
     keep_checkpoints: int = 2  # keep the last this many checkpoints per stage
@@ -71,7 +73,7 @@ class RunConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     task: TaskConfig = TaskConfig()
-    model: LMConfig = LMConfig()
+    model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
     sft: SFTConfig = SFTConfig()
     grpo: GRPOConfig = GRPOConfig()
     eval: EvalConfig = EvalConfig()
@@ -108,13 +110,27 @@ def _check_batches(cfg, n_devices: int) -> None:
 def _setup(cfg, task: Task | None = None):
     """Tokenizer, task, mesh, model, initial params and the SFT / GRPO keys of a run.
 
+    The initial params are a fresh init of `cfg.model`, or the weights (and the tokenizer) of the
+    local Hugging Face checkpoint `cfg.model.hf_path` when that is set.
+
     `cfg` needs this module's `task.prompt_len`, `model`, `sft`, `grpo` and `run` fields (other
     LM experiments reuse it); `task` defaults to the one `cfg.task` names.
     """
-    tokenizer = load_tokenizer(cfg.run.tokenizer)
-    if cfg.model.vocab_size < tokenizer.vocab_size:
+    init_key, sft_key, grpo_key = jax.random.split(jax.random.PRNGKey(cfg.run.seed), 3)
+    hf_path = getattr(cfg.model, "hf_path", None)
+    if hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
+        try:
+            model_cfg, params, tokenizer = load_hf_checkpoint(hf_path, dtype=cfg.model.dtype)
+        except (FileNotFoundError, HFCheckpointError) as e:
+            raise ConfigError(f"config field 'model.hf_path': {e}") from None
+    else:
+        model_cfg, params = cfg.model, None
+        if isinstance(model_cfg, ModelConfig):
+            model_cfg = model_cfg.lm_config()
+        tokenizer = load_tokenizer(cfg.run.tokenizer)
+    if model_cfg.vocab_size < tokenizer.vocab_size:
         raise ConfigError(
-            f"config field 'model.vocab_size' ({cfg.model.vocab_size}) is smaller than the "
+            f"config field 'model.vocab_size' ({model_cfg.vocab_size}) is smaller than the "
             f"tokenizer's vocabulary ({tokenizer.vocab_size})"
         )
     if task is None:
@@ -122,9 +138,9 @@ def _setup(cfg, task: Task | None = None):
     _check_lengths(task, tokenizer, cfg)
     mesh = make_mesh(cfg.run.num_devices)
     _check_batches(cfg, int(mesh.devices.size))
-    model = CausalLM(cfg.model)
-    init_key, sft_key, grpo_key = jax.random.split(jax.random.PRNGKey(cfg.run.seed), 3)
-    params = model.init(init_key, jax.numpy.zeros((1, cfg.task.prompt_len), jax.numpy.int32))
+    model = CausalLM(model_cfg)
+    if params is None:
+        params = model.init(init_key, jax.numpy.zeros((1, cfg.task.prompt_len), jax.numpy.int32))
     return tokenizer, task, mesh, model, params, sft_key, grpo_key
 
 

@@ -42,7 +42,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import plot_iqr_bands, read_metrics, write_json
 from jaxrl_suite.envs.text import Task, make_task
-from jaxrl_suite.models import LMConfig
+from jaxrl_suite.models.hf import ModelConfig
 
 NAME = "siren_entropy"
 VARIANTS = ("plain", "naive", "high_entropy", "siren")
@@ -117,7 +117,7 @@ class RunConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     task: TaskConfig = TaskConfig()
-    model: LMConfig = LMConfig()
+    model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
     sft: SFTConfig = SFTConfig()
     grpo: GRPOConfig = GRPOConfig()  # shared by every variant (entropy fields set per variant)
     variants: VariantsConfig = VariantsConfig()

@@ -4,19 +4,21 @@ Pre-norm transformer: RMSNorm, rotary position embeddings (RoPE, rotate-half con
 Llama), grouped-query attention (GQA) and a SwiGLU MLP, with optional tied embeddings.
 
     h_0 = embed[tokens]
-    a_l = h_{l-1} + Attn(RMSNorm(h_{l-1}))           Attn uses RoPE on q, k
+    a_l = h_{l-1} + Attn(RMSNorm(h_{l-1}))           Attn uses RoPE on q, k (Qwen3: after a
+                                                     per-head RMSNorm of q and k)
     h_l = a_l + W_down (silu(W_gate x) * W_up x),    x = RMSNorm(a_l)
     logits = RMSNorm(h_L) @ embed.T                  (or @ lm_head when untied)
 
 Papers: Llama (arXiv:2302.13971), RoFormer/RoPE (arXiv:2104.09864), GQA (arXiv:2305.13245),
 SwiGLU (arXiv:2002.05202), RMSNorm (arXiv:1910.07467).
 
-The parameter tree maps one-to-one onto HF Llama/Qwen2 checkpoints (Dense kernels are the
-transposed HF `weight`s):
+The parameter tree maps one-to-one onto HF Llama/Qwen2/Qwen3 checkpoints (`models/hf.py` loads
+and saves them; Dense kernels are the transposed HF `weight`s):
 
     embed/embedding                          model.embed_tokens.weight
     layer_{i}/attn_norm/scale                model.layers.{i}.input_layernorm.weight
     layer_{i}/attn/{q,k,v,o}/kernel (+bias)  model.layers.{i}.self_attn.{q,k,v,o}_proj
+    layer_{i}/attn/{q,k}_norm/scale          model.layers.{i}.self_attn.{q,k}_norm.weight (Qwen3)
     layer_{i}/mlp_norm/scale                 model.layers.{i}.post_attention_layernorm.weight
     layer_{i}/mlp/{gate,up,down}/kernel      model.layers.{i}.mlp.{gate,up,down}_proj
     final_norm/scale                         model.norm.weight
@@ -55,6 +57,7 @@ class LMConfig:
     dtype: str = "float32"  # compute dtype ("float32" | "bfloat16"); params stay float32
     head_dim: int | None = None  # per-head width; default d_model // n_heads
     qkv_bias: bool = False  # Qwen2-style bias on the q/k/v projections
+    qk_norm: bool = False  # Qwen3-style RMSNorm of each query/key head (over Dh) before RoPE
 
     def __post_init__(self):
         for name in (
@@ -192,8 +195,12 @@ class Attention(nn.Module):
         dense = lambda n, name, bias: nn.Dense(
             n, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, name=name
         )
-        q = apply_rope(dense(nh * hd, "q", cfg.qkv_bias)(x).reshape(b, t, nh, hd), cos, sin)
-        k = apply_rope(dense(nk * hd, "k", cfg.qkv_bias)(x).reshape(b, t, nk, hd), cos, sin)
+        q = dense(nh * hd, "q", cfg.qkv_bias)(x).reshape(b, t, nh, hd)
+        k = dense(nk * hd, "k", cfg.qkv_bias)(x).reshape(b, t, nk, hd)
+        if cfg.qk_norm:  # Qwen3: per-head RMSNorm over Dh, one scale per norm shared by heads
+            q = RMSNorm(cfg.norm_eps, name="q_norm")(q)
+            k = RMSNorm(cfg.norm_eps, name="k_norm")(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         v = dense(nk * hd, "v", cfg.qkv_bias)(x).reshape(b, t, nk, hd)
         k = k.transpose(0, 2, 1, 3)  # [B, K, T, Dh]
         v = v.transpose(0, 2, 1, 3)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.grpo_arithmetic import Config
-from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import load_config
@@ -115,3 +115,31 @@ def test_batches_must_split_over_devices():
     _check_batches(cfg, 2)
     with pytest.raises(ConfigError, match="'grpo.prompts_per_step' gives 6 rows"):
         _check_batches(cfg, 4)
+
+
+def test_run_from_a_local_hf_checkpoint(tmp_path, capsys):
+    """`--set model.hf_path=DIR` starts SFT from the checkpoint's weights, sizes and tokenizer
+    (here a Qwen2-layout model saved by save_hf_checkpoint with sizes unlike --smoke's)."""
+    from jaxrl_suite.models import LMConfig
+    from jaxrl_suite.models.hf import save_hf_checkpoint
+
+    hf_cfg = LMConfig(d_model=48, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=96, qkv_bias=True)
+    hf_params = CausalLM(hf_cfg).init(jax.random.PRNGKey(7), np.zeros((1, 6), np.int32))
+    save_hf_checkpoint(hf_params, hf_cfg, tmp_path / "hf", tokenizer=load_tokenizer())
+    argv = ["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path / "run"),
+            "--set", f"model.hf_path={tmp_path / 'hf'}", "--set", "sft.lr=0.0"]
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["model"]["hf_path"] == str(tmp_path / "hf")
+    # with a zero SFT learning rate the SFT checkpoint holds the HF weights unchanged
+    sft = SFTTrainer(CausalLM(hf_cfg), load_tokenizer(), make_task("arithmetic"), Config().sft,
+                     mesh=make_mesh(1), prompt_len=6, max_new_tokens=22)
+    template = sft.init_state(jax.tree.map(np.zeros_like, hf_params), jax.random.PRNGKey(0))
+    state, _ = Checkpointer(tmp_path / "run" / "checkpoints" / "sft").restore(template)
+    for a, b in zip(jax.tree.leaves(hf_params), jax.tree.leaves(state.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    assert main(["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path / "bad"),
+                 "--set", f"model.hf_path={tmp_path / 'nowhere'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config field 'model.hf_path'" in err and "does not exist" in err and "\n" not in err

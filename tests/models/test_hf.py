@@ -1,0 +1,259 @@
+"""Hugging Face checkpoints: our loader against transformers' own PyTorch Llama / Qwen2 / Qwen3.
+
+Tiny random models (2 layers, hidden size 64, GQA 4:2) are built from configs, saved with
+`save_pretrained` next to a small byte-level BPE tokenizer trained here (no download), loaded
+with `load_hf_checkpoint`, and compared with the PyTorch forward and greedy generation.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")  # the [hf] extra; .ci/run installs it
+transformers = pytest.importorskip("transformers")
+
+from jaxrl_suite.models import CausalLM  # noqa: E402
+from jaxrl_suite.models.hf import (  # noqa: E402
+    HFCheckpointError,
+    config_from_hf,
+    load_hf_checkpoint,
+    load_hf_config,
+    save_hf_checkpoint,
+)
+from jaxrl_suite.sampling.generate import generate  # noqa: E402
+
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),
+    # Qwen3 with head_dim != hidden / heads, as the real Qwen3 models have
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"head_dim": 32}),
+}
+PAD, EOS = 0, 1
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["12+34=<answer>46</answer>", "the quick brown fox jumps over the lazy dog"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>",
+                                                pad_token="<pad>")
+
+
+def _torch_model(family: str):
+    config_cls, model_cls, extra = FAMILIES[family]
+    cfg = config_cls(
+        vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rope_theta=5e5 if family == "llama" else 1e6, tie_word_embeddings=family != "llama",
+        initializer_range=0.2, eos_token_id=EOS, pad_token_id=PAD, **extra,
+    )
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():  # the init leaves biases at 0 and norm scales at 1: make them count
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            if family == "qwen2":
+                for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                    proj.bias.normal_(0.0, 0.2)
+            if family == "qwen3":
+                attn.q_norm.weight.normal_(1.0, 0.3)
+                attn.k_norm.weight.normal_(1.0, 0.3)
+            layer.input_layernorm.weight.normal_(1.0, 0.3)
+    model.generation_config.eos_token_id = None  # generate all 16 tokens
+    return model
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """family -> (torch model, checkpoint dir). Llama is saved in 5 shards (index file)."""
+    root, hf_tok, out = tmp_path_factory.mktemp("hf"), _tokenizer(), {}
+    for family in FAMILIES:
+        model = _torch_model(family)
+        path = root / family
+        model.save_pretrained(path, max_shard_size="100KB" if family == "llama" else "5GB")
+        hf_tok.save_pretrained(path)
+        out[family] = (model, path)
+    return out
+
+
+def _batch():
+    """A fixed left-padded batch [3, 12]: row 0 full, rows 1 and 2 with 4 and 7 pad slots."""
+    ids = np.random.default_rng(0).integers(2, 299, (3, 12))
+    mask = np.ones_like(ids)
+    mask[1, :4] = mask[2, :7] = 0
+    return ids, mask
+
+
+def _torch_logits(model, ids, mask):
+    with torch.no_grad():
+        return model(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+
+
+def _our_logits(config, params, ids, mask):
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    logits, _ = CausalLM(config).apply(params, jnp.asarray(ids), jnp.asarray(positions),
+                                       jnp.asarray(mask, bool))
+    return np.asarray(logits)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_logits_and_greedy_generation_match_transformers(checkpoints, family):
+    model, path = checkpoints[family]
+    config, params, tok = load_hf_checkpoint(path)
+    assert (config.qkv_bias, config.qk_norm) == (family == "qwen2", family == "qwen3")
+    assert config.tie_embeddings == (family != "llama") and config.n_kv_heads == 2
+    assert config.rope_theta == (5e5 if family == "llama" else 1e6)
+    # the loaded tree is exactly the one CausalLM.init builds
+    init = CausalLM(config).init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+    assert jax.tree.structure(init) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(params), strict=True):
+        assert a.shape == b.shape and b.dtype == np.float32
+
+    ids, mask = _batch()
+    ref, ours = _torch_logits(model, ids, mask), _our_logits(config, params, ids, mask)
+    real = mask.astype(bool)
+    assert np.abs(ref[real]).max() > 1.0  # logits of a visible scale, not all ~0
+    np.testing.assert_allclose(ours[real], ref[real], atol=1e-4, rtol=0)
+
+    with torch.no_grad():
+        want = model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                              max_new_tokens=16, do_sample=False, pad_token_id=PAD).numpy()
+    got = generate(CausalLM(config), params, jnp.asarray(ids), jnp.asarray(mask),
+                   jax.random.PRNGKey(0), max_new_tokens=16, greedy=True, eos_id=-1)
+    np.testing.assert_array_equal(np.asarray(got.tokens), want[:, ids.shape[1]:])
+    assert len(set(want[0, 12:].tolist())) > 1  # not a degenerate repeated token
+
+    # the tokenizer came from the same directory
+    text = "12+34=<answer>46</answer>"
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    assert tok.encode(text) == hf_tok.encode(text, add_special_tokens=False)
+    assert tok.decode(tok.encode(text) + [tok.eos_id, 5]) == text
+    assert tok.eos_id == EOS and tok.pad_id == PAD
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_save_round_trip(checkpoints, family, tmp_path):
+    model, path = checkpoints[family]
+    config, params, tok = load_hf_checkpoint(path)
+    # perturb so the round trip carries our values, not the original file's
+    params = jax.tree.map(lambda x: x + 0.01 * np.sign(x), params)
+    out = save_hf_checkpoint(params, config, tmp_path / "rt", tokenizer=tok, max_shard_bytes=40_000)
+    assert (out / "model.safetensors.index.json").exists()  # sharded by the small limit
+    config2, params2, tok2 = load_hf_checkpoint(out)
+    assert config2 == config
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    assert tok2.encode("the fox") == tok.encode("the fox")
+
+    # transformers loads what we saved as the same architecture, with the same logits
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(reloaded) is type(model)
+    ids, mask = _batch()
+    real = mask.astype(bool)
+    np.testing.assert_allclose(_torch_logits(reloaded, ids, mask)[real],
+                               _our_logits(config, params, ids, mask)[real], atol=1e-4, rtol=0)
+
+    # saving again into the same directory without sharding leaves no stale shard behind
+    save_hf_checkpoint(params, config, out, tokenizer=tok)
+    assert sorted(p.name for p in out.glob("*.safetensors")) == ["model.safetensors"]
+    assert not (out / "model.safetensors.index.json").exists()
+
+
+def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
+    bf16 = _torch_model("qwen2").to(torch.bfloat16)
+    bf16.save_pretrained(tmp_path)
+    _tokenizer().save_pretrained(tmp_path)
+    config, params, _ = load_hf_checkpoint(tmp_path)
+    q = params["params"]["layer_1"]["attn"]["q"]
+    want = bf16.model.layers[1].self_attn.q_proj
+    np.testing.assert_array_equal(q["kernel"], want.weight.detach().float().numpy().T)
+    np.testing.assert_array_equal(q["bias"], want.bias.detach().float().numpy())
+    assert q["kernel"].dtype == np.float32
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def _copy(path, dst):
+    import shutil
+
+    shutil.copytree(path, dst)
+    return dst
+
+
+def _edit_config(path, **fields):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(fields)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def test_errors_name_the_field_file_or_tensor(checkpoints, tmp_path):
+    _, qwen = checkpoints["qwen2"]
+    _, llama = checkpoints["llama"]
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_hf_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        load_hf_checkpoint(tmp_path)
+
+    gpt2 = _copy(qwen, tmp_path / "gpt2")
+    _edit_config(gpt2, model_type="gpt2")
+    with pytest.raises(HFCheckpointError, match="'model_type'='gpt2' is not supported"):
+        load_hf_checkpoint(gpt2)
+
+    scaled = _copy(llama, tmp_path / "scaled")
+    _edit_config(scaled, rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8})
+    with pytest.raises(HFCheckpointError, match="'rope_parameters.rope_type'='llama3'"):
+        load_hf_checkpoint(scaled)
+
+    wide = _copy(qwen, tmp_path / "wide")
+    _edit_config(wide, intermediate_size=96)
+    with pytest.raises(HFCheckpointError,
+                       match=r"tensor 'model.layers.0.mlp.gate_proj.weight' has shape \(128, 64\)"
+                             r" but config.json implies \(96, 64\)"):
+        load_hf_checkpoint(wide)
+
+    shard = _copy(llama, tmp_path / "shard")
+    index = json.loads((shard / "model.safetensors.index.json").read_text())
+    lost = sorted(set(index["weight_map"].values()))[-1]
+    (shard / lost).unlink()
+    with pytest.raises(FileNotFoundError, match=f"names shard {lost}, which is missing"):
+        load_hf_checkpoint(shard)
+
+    from safetensors.numpy import load_file, save_file
+
+    missing = _copy(qwen, tmp_path / "missing")
+    tensors = load_file(missing / "model.safetensors")
+    del tensors["model.layers.1.self_attn.k_proj.bias"]
+    save_file(tensors, missing / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(HFCheckpointError, match="missing tensor 'model.layers.1.self_attn.k_proj"):
+        load_hf_checkpoint(missing)
+
+    no_tok = _copy(qwen, tmp_path / "no_tok")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / f).unlink()
+    with pytest.raises(FileNotFoundError, match="no tokenizer files"):
+        load_hf_checkpoint(no_tok)
+    config, _, tok = load_hf_checkpoint(no_tok, tokenizer=False)
+    assert tok is None and config == load_hf_config(qwen)
+
+    for msg in (str(e) for e in _all_errors(qwen)):
+        assert "\n" not in msg
+
+
+def _all_errors(path):
+    cases = [dict(model_type="bert"), dict(hidden_act="gelu"), dict(attention_bias=True),
+             dict(use_sliding_window=True), dict(num_attention_heads=3)]
+    base = json.loads((path / "config.json").read_text())
+    for case in cases:
+        with pytest.raises(HFCheckpointError) as e:
+            config_from_hf({**base, **case})
+        assert next(iter(case)) in str(e.value)  # names the field
+        yield e.value
