@@ -5,7 +5,9 @@ Tiny random models (2 layers, hidden size 64, GQA 4:2) are built from configs, s
 with `load_hf_checkpoint`, and compared with the PyTorch forward and greedy generation.
 """
 
+import importlib.util
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,89 +25,33 @@ from jaxrl_suite.models.hf import (  # noqa: E402
     load_hf_config,
     save_hf_checkpoint,
 )
-from jaxrl_suite.sampling.generate import generate  # noqa: E402
 
-FAMILIES = {
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),
-    # Qwen3 with head_dim != hidden / heads, as the real Qwen3 models have
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"head_dim": 32}),
-}
-PAD, EOS = 0, 1
+FAMILIES = ("llama", "qwen2", "qwen3")
 
 
-def _tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = ["12+34=<answer>46</answer>", "the quick brown fox jumps over the lazy dog"] * 20
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer)
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>",
-                                                pad_token="<pad>")
+def _load_parity_module():
+    """benchmarks/hf_parity.py: the tiny model / tokenizer builders and the two forwards."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "hf_parity.py"
+    spec = importlib.util.spec_from_file_location("hf_parity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _torch_model(family: str):
-    config_cls, model_cls, extra = FAMILIES[family]
-    cfg = config_cls(
-        vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        rope_theta=5e5 if family == "llama" else 1e6, tie_word_embeddings=family != "llama",
-        initializer_range=0.2, eos_token_id=EOS, pad_token_id=PAD, **extra,
-    )
-    torch.manual_seed(0)
-    model = model_cls(cfg).eval()
-    with torch.no_grad():  # the init leaves biases at 0 and norm scales at 1: make them count
-        for layer in model.model.layers:
-            attn = layer.self_attn
-            if family == "qwen2":
-                for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
-                    proj.bias.normal_(0.0, 0.2)
-            if family == "qwen3":
-                attn.q_norm.weight.normal_(1.0, 0.3)
-                attn.k_norm.weight.normal_(1.0, 0.3)
-            layer.input_layernorm.weight.normal_(1.0, 0.3)
-    model.generation_config.eos_token_id = None  # generate all 16 tokens
-    return model
+hp = _load_parity_module()
+PAD, EOS = hp.PAD, hp.EOS
+_tokenizer, _torch_model, _batch = hp.tiny_tokenizer, hp.tiny_torch_model, hp.fixed_batch
+_torch_logits, _our_logits = hp.torch_logits, hp.our_logits
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """family -> (torch model, checkpoint dir). Llama is saved in 5 shards (index file)."""
-    root, hf_tok, out = tmp_path_factory.mktemp("hf"), _tokenizer(), {}
-    for family in FAMILIES:
-        model = _torch_model(family)
-        path = root / family
-        model.save_pretrained(path, max_shard_size="100KB" if family == "llama" else "5GB")
-        hf_tok.save_pretrained(path)
-        out[family] = (model, path)
-    return out
+    root = tmp_path_factory.mktemp("hf")
+    return {f: (hp.save_tiny_checkpoint(f, root / f), root / f) for f in FAMILIES}
 
 
-def _batch():
-    """A fixed left-padded batch [3, 12]: row 0 full, rows 1 and 2 with 4 and 7 pad slots."""
-    ids = np.random.default_rng(0).integers(2, 299, (3, 12))
-    mask = np.ones_like(ids)
-    mask[1, :4] = mask[2, :7] = 0
-    return ids, mask
-
-
-def _torch_logits(model, ids, mask):
-    with torch.no_grad():
-        return model(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
-
-
-def _our_logits(config, params, ids, mask):
-    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-    logits, _ = CausalLM(config).apply(params, jnp.asarray(ids), jnp.asarray(positions),
-                                       jnp.asarray(mask, bool))
-    return np.asarray(logits)
-
-
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_logits_and_greedy_generation_match_transformers(checkpoints, family):
     model, path = checkpoints[family]
     config, params, tok = load_hf_checkpoint(path)
@@ -124,13 +70,9 @@ def test_logits_and_greedy_generation_match_transformers(checkpoints, family):
     assert np.abs(ref[real]).max() > 1.0  # logits of a visible scale, not all ~0
     np.testing.assert_allclose(ours[real], ref[real], atol=1e-4, rtol=0)
 
-    with torch.no_grad():
-        want = model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
-                              max_new_tokens=16, do_sample=False, pad_token_id=PAD).numpy()
-    got = generate(CausalLM(config), params, jnp.asarray(ids), jnp.asarray(mask),
-                   jax.random.PRNGKey(0), max_new_tokens=16, greedy=True, eos_id=-1)
-    np.testing.assert_array_equal(np.asarray(got.tokens), want[:, ids.shape[1]:])
-    assert len(set(want[0, 12:].tolist())) > 1  # not a degenerate repeated token
+    want = hp.torch_greedy(model, ids, mask, 16)
+    np.testing.assert_array_equal(hp.our_greedy(config, params, ids, mask, 16), want)
+    assert want.shape == (3, 16) and len(set(want[0].tolist())) > 1  # not one repeated token
 
     # the tokenizer came from the same directory
     text = "12+34=<answer>46</answer>"
@@ -140,7 +82,7 @@ def test_logits_and_greedy_generation_match_transformers(checkpoints, family):
     assert tok.eos_id == EOS and tok.pad_id == PAD
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_save_round_trip(checkpoints, family, tmp_path):
     model, path = checkpoints[family]
     config, params, tok = load_hf_checkpoint(path)
