@@ -27,7 +27,8 @@ from jaxrl_suite.core.config import ConfigError, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_curves, read_metrics, write_json
 from jaxrl_suite.core.parallel import make_mesh
-from jaxrl_suite.envs.text import Task, make_task
+from jaxrl_suite.envs.text import TASKS, Task
+from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM
 from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
@@ -37,10 +38,32 @@ NAME = "grpo_arithmetic"
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    name: str = "arithmetic"  # registered text task (see jaxrl_suite.envs.text.TASKS)
-    digits: int = 2  # operand digits
-    seed: int = 0  # seed of the task's example generator (train and test splits are disjoint)
+    name: str = "arithmetic"  # registered text task (see jaxrl_suite.envs.text.TASKS), e.g. gsm8k
+    digits: int = 2  # arithmetic: operand digits
+    seed: int = 0  # seed of the task's example generator / dataset order (splits are disjoint)
     prompt_len: int = 6  # prompts are left-padded to this many tokens
+    data_dir: str | None = None  # TFDS tasks (gsm8k, ag_news, imdb, trivia_qa, nq_open): data dir
+    path: str | None = None  # jsonl: the local file of {"prompt": ..., "answer": ...} lines
+    test_path: str | None = None  # jsonl: a held-out file (default: a hash split of `path`)
+
+    def build(self) -> Task:
+        """The task `name` with the fields of this section that it takes (one-line errors)."""
+        cls = TASKS.get(self.name)
+        takes = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        kwargs = {k: getattr(self, k) for k in ("digits", "seed") if k in takes}
+        for k in ("data_dir", "path", "test_path"):
+            value = getattr(self, k)
+            if value is not None and k not in takes:
+                raise ConfigError(f"config field 'task.{k}' does not apply to task {self.name!r}")
+            if value is not None:
+                kwargs[k] = value
+        try:
+            task = cls(**kwargs)
+            if isinstance(task, DatasetTask):  # open the data now: a bad path stops here
+                task.size("train"), task.size("test")
+        except (TypeError, ValueError, FileNotFoundError, ImportError) as e:
+            raise ConfigError(f"config section 'task' ({self.name}): {e}") from None
+        return task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +157,7 @@ def _setup(cfg, task: Task | None = None):
             f"tokenizer's vocabulary ({tokenizer.vocab_size})"
         )
     if task is None:
-        task = make_task(cfg.task.name, digits=cfg.task.digits, seed=cfg.task.seed)
+        task = cfg.task.build()
     _check_lengths(task, tokenizer, cfg)
     mesh = make_mesh(cfg.run.num_devices)
     _check_batches(cfg, int(mesh.devices.size))
@@ -241,7 +264,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     if jax.process_index() == 0:  # process 0 writes the files of a multi-host run
         records = [r for r in read_metrics(opts.out_dir / "metrics.jsonl") if r["stage"] == "grpo"]
         plot_curves(records, ["reward", "accuracy", "length"], opts.out_dir / "reward_curve.png",
-                    title=f"GRPO on {cfg.task.digits}-digit addition", smooth=10)
+                    title=f"GRPO on {_task_title(cfg.task)}", smooth=10)
         tps = [r["tokens_per_s"] for r in records[1:]] or [0.0]
         summary["grpo_tokens_per_s_mean"] = sum(tps) / len(tps)
         write_json(opts.out_dir / "summary.json", summary)
@@ -279,6 +302,10 @@ def evaluate(cfg: Config, opts: EvalOptions) -> dict:
     if jax.process_index() == 0:
         write_json(opts.run_dir / f"eval_{opts.stage}.json", result)
     return result
+
+
+def _task_title(task: TaskConfig) -> str:
+    return f"{task.digits}-digit addition" if task.name == "arithmetic" else task.name
 
 
 def _print(text: str) -> None:

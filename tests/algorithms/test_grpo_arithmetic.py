@@ -143,3 +143,32 @@ def test_run_from_a_local_hf_checkpoint(tmp_path, capsys):
                  "--set", f"model.hf_path={tmp_path / 'nowhere'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "config field 'model.hf_path'" in err and "does not exist" in err and "\n" not in err
+
+
+def test_run_on_a_local_jsonl_task(tmp_path):
+    """`--set task.name=jsonl --set task.path=F` trains and evaluates on the file's problems."""
+    rows = [{"prompt": f"{a}*{b}=", "answer": a * b} for a in range(10) for b in range(10)]
+    path = tmp_path / "mul.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path / "run"),
+            "--set", "task.name=jsonl", "--set", f"task.path={path}"]
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["task"]["path"] == str(path)
+    assert 0.0 <= summary["grpo_heldout_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [(["task.data_dir=/x"], "config field 'task.data_dir' does not apply to task 'arithmetic'"),
+     (["task.name=jsonl"], "config section 'task' (jsonl): jsonl: pass path="),
+     (["task.name=jsonl", "task.path={tmp}/none.jsonl"], "none.jsonl"),
+     (["task.name=gsm8k", "task.data_dir={tmp}"], "TFDS dataset 'gsm8k' is not prepared in")],
+)
+def test_bad_task_sections_are_one_line_exit_2(sets, message, tmp_path, capsys):
+    argv = ["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path / "run")]
+    for s in sets:
+        argv += ["--set", s.replace("{tmp}", str(tmp_path))]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err

@@ -1,4 +1,5 @@
-"""Verifiable text tasks (arithmetic, countdown, sort), the self-iteration prompt format and the
+"""Verifiable text tasks (arithmetic, countdown, sort; dataset-backed: gsm8k, ag_news, imdb,
+trivia_qa, nq_open from TFDS and jsonl from a local file), the self-iteration prompt format and the
 tokenizer wrapper used by LM RL."""
 
 from jaxrl_suite.envs.text.arithmetic import ArithmeticTask
@@ -15,26 +16,58 @@ from jaxrl_suite.envs.text.base import (
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
+from jaxrl_suite.envs.text.tfds_tasks import (
+    AgNewsTask,
+    ClassificationTask,
+    DatasetTask,
+    Gsm8kTask,
+    ImdbTask,
+    JsonlTask,
+    NqOpenTask,
+    QaTask,
+    TfdsTask,
+    TriviaQaTask,
+    clear_dataset_cache,
+    exact_match,
+    normalize_answer,
+    parse_number,
+    token_f1,
+)
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "SPLITS",
     "TASKS",
+    "AgNewsTask",
     "ArithmeticTask",
+    "ClassificationTask",
     "CountdownMeta",
     "CountdownTask",
+    "DatasetTask",
+    "Gsm8kTask",
+    "ImdbTask",
+    "JsonlTask",
+    "NqOpenTask",
+    "QaTask",
     "SortTask",
     "Example",
     "IterationMix",
     "Task",
+    "TfdsTask",
     "Tokenizer",
+    "TriviaQaTask",
     "answer_tags",
+    "clear_dataset_cache",
+    "exact_match",
     "extract_answer",
     "format_reward",
     "iteration_prompt",
     "load_tokenizer",
     "make_task",
+    "normalize_answer",
     "parse_expression",
+    "parse_number",
     "parse_numbers",
     "previous_answer",
+    "token_f1",
 ]
