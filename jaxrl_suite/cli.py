@@ -1,26 +1,35 @@
 """`jaxrl-suite` command line: `run NAME [--config F] [--set k=v]... [--smoke] [--out DIR]
-[--resume] [--tensorboard]`, `eval RUN_DIR [--stage S] [--samples N] [--ks K...]` and `list`.
+[--resume] [--tensorboard] [--distributed]`, `eval RUN_DIR [--stage S] [--samples N] [--ks K...]`,
+`plot RUN_DIR... [--out PNG] [--keys K...] [--stage S] [--label L...] [--smooth N]` and `list`.
 
-Bad input (an unknown experiment, config key or value, a missing checkpoint) prints one line to
-stderr and exits with status 2, without a traceback.
+Bad input (an unknown experiment, config key or value, a missing checkpoint or metrics file)
+prints one line to stderr and exits with status 2, without a traceback.
+
+In a multi-process job (`--distributed`), a process that fails exits at once, skipping JAX's
+shutdown barrier, so that the other processes abort (see `core.parallel.init_distributed`)
+instead of waiting for it forever in their next collective.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError, from_dict, load_config
 from jaxrl_suite.core.experiment import EXPERIMENTS, EvalOptions, RunOptions
+from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import NonFiniteError
-from jaxrl_suite.envs.contextual import ContextError
 
 EXIT_USAGE = 2
 
@@ -49,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
         "--distributed", action="store_true",
-        help="call jax.distributed.initialize() first (multi-host; run the same command on all)",
+        help="join a multi-process job first (run the same command on every host; see "
+        "jaxrl_suite.core.parallel.init_distributed for the environment variables)",
     )
     sub.add_parser("list", help="list the experiments")
     ev = sub.add_parser("eval", help="sampled pass@k / maj@k of a run's checkpoint")
@@ -59,12 +69,34 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8], help="k of pass@k, maj@k")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     ev.add_argument("--examples", type=int, default=64, help="held-out prompts")
+    pl = sub.add_parser("plot", help="overlay runs' metrics.jsonl curves (median, IQR over seeds)")
+    pl.add_argument(
+        "run_dirs", nargs="+", type=str, metavar="RUN_DIR",
+        help="run output dirs, one curve each; a quoted glob ('results/grpo-s*') is one curve over "
+        "the dirs it matches",
+    )
+    pl.add_argument("--out", type=Path, default=Path("plot.png"), help="PNG (default: plot.png)")
+    pl.add_argument(
+        "--keys", nargs="+", metavar="KEY",
+        help="metrics, one panel each (default: reward, accuracy, return, ... as logged by all)",
+    )
+    pl.add_argument(
+        "--stage",
+        help="only this stage's records; 'all': every stage on the run's step axis (default: per "
+        "key, the last stage that logs it)",
+    )
+    pl.add_argument(
+        "--label", nargs="+", metavar="LABEL",
+        help="one per RUN_DIR (default: RUN_DIR as given); dirs with the same label form one "
+        "curve over all their seeds",
+    )
+    pl.add_argument("--smooth", type=int, default=1, metavar="N",
+                    help="trailing mean over N logged steps, per seed (default 1: none)")
+    pl.add_argument("--title", default="", help="figure title")
     return p
 
 
 def _run(args: argparse.Namespace, configs_dir: Path) -> int:
-    if args.distributed:
-        jax.distributed.initialize()
     exp = EXPERIMENTS.get(args.name)
     config_path = args.config
     if config_path is None and (configs_dir / f"{args.name}.yaml").is_file():
@@ -111,9 +143,75 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _run_dirs(arg: str) -> list[Path]:
+    """A RUN_DIR argument: the dir itself, or the dirs a glob pattern matches."""
+    if Path(arg).is_dir() or glob.escape(arg) == arg:  # escape() changes only a pattern
+        return [Path(arg)]
+    dirs = [Path(d) for d in sorted(glob.glob(arg)) if Path(d).is_dir()]
+    if not dirs:
+        raise ConfigError(f"plot: no run directory matches {arg!r}")
+    return dirs
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from jaxrl_suite.core import metrics
+
+    labels = args.label or [arg.rstrip("/") or arg for arg in args.run_dirs]
+    if len(labels) != len(args.run_dirs):
+        raise ConfigError(f"plot: {len(labels)} --label values for {len(args.run_dirs)} RUN_DIRs")
+    if args.smooth < 1:
+        raise ConfigError(f"plot: --smooth {args.smooth} must be >= 1")
+    runs: dict[str, list[list[dict]]] = {}
+    loaded: list[tuple[Path, list[dict]]] = []
+    for arg, label in zip(args.run_dirs, labels, strict=True):
+        for run_dir in _run_dirs(arg):
+            path = run_dir / "metrics.jsonl"
+            if not path.is_file():
+                raise ConfigError(f"plot: no metrics.jsonl in {run_dir}")
+            try:
+                records = metrics.read_metrics(path)
+            except ValueError as e:  # e.g. a line cut short by a killed run
+                raise ConfigError(f"plot: {path}: {e}") from None
+            if not records:
+                raise ConfigError(f"plot: {path} holds no records")
+            if args.stage not in (None, metrics.ALL_STAGES) and \
+                    args.stage not in metrics.stages(records):
+                known = ", ".join(metrics.stages(records)) or "none"
+                raise ConfigError(f"plot: no stage {args.stage!r} in {run_dir} (stages: {known})")
+            runs.setdefault(label, []).append(records)
+            loaded.append((run_dir, records))
+    keys = args.keys or metrics.default_plot_keys([r for _, r in loaded])
+    if not keys:
+        raise ConfigError("plot: the runs share no numeric metric; name some with --keys")
+    for key in keys:
+        for run_dir, records in loaded:
+            if not metrics.seed_series(records, key, stage=args.stage):
+                one_stage = args.stage not in (None, metrics.ALL_STAGES)
+                where = f"stage {args.stage!r} of " if one_stage else ""
+                known = metrics.numeric_keys(
+                    [r for r in records if not one_stage or r.get("stage") == args.stage])
+                raise ConfigError(f"plot: unknown key {key!r} in {where}{run_dir} "
+                                  f"(keys: {', '.join(known) or 'none'})")
+    metrics.plot_runs(runs, keys, args.out, stage=args.stage, smooth=args.smooth,
+                      title=args.title)
+    print(args.out)
+    return 0
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The errors reported in one line with status 2. (`envs.contextual` imports gymnax, which runs
+    JAX code on import, so it is imported late: `--distributed` must join before that.)"""
+    from jaxrl_suite.envs.contextual import ContextError
+
+    return ConfigError, CheckpointNotFoundError, UnknownNameError, ContextError
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
+        if args.command == "plot":
+            return _plot(args)
+        if args.command == "run" and args.distributed:
+            init_distributed()  # before any JAX computation, and importing gymnax computes
         configs_dir = _load_experiments()
         if args.command == "list":
             for name in EXPERIMENTS.names():
@@ -122,12 +220,40 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "eval":
             return _eval(args)
         return _run(args, configs_dir)
-    except (ConfigError, CheckpointNotFoundError, UnknownNameError, ContextError) as e:
+    except _usage_errors() as e:
         print(f"jaxrl-suite: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except NonFiniteError as e:
+
+
+def _multi_process() -> bool:
+    return jax.distributed.is_initialized() and jax.process_count() > 1
+
+
+def _abandon(status: int) -> NoReturn:
+    """Exit at once, skipping JAX's shutdown barrier: a process that failed alone would otherwise
+    wait there while the others block in their next collective, and the job would hang."""
+    print(f"jaxrl-suite: process {jax.process_index()} of {jax.process_count()} failed; exiting "
+          "now so that the other processes abort too", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        status = _dispatch(args)
+    except NonFiniteError as e:  # the metrics are global: every process stops at the same step
         print(f"jaxrl-suite: stopped: {e}", file=sys.stderr)
         return 1
+    except (Exception, KeyboardInterrupt) as e:
+        if not _multi_process():
+            raise
+        traceback.print_exc()
+        _abandon(130 if isinstance(e, KeyboardInterrupt) else 1)
+    if status and _multi_process():
+        _abandon(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
 """Run logging: `metrics.jsonl` (one JSON object per step), optional TensorBoard, PNG curves.
 
 Everything here runs on the host, outside jitted code (STYLE habit 6).
+
+Comparing runs (`jaxrl-suite plot`): `seed_series` reads one run's curves of a key, one per seed,
+`aggregate_runs` aligns the seeds of one curve on their steps and takes the median and IQR, and
+`plot_runs` draws one panel per key with one median line and IQR band per label.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -28,6 +33,10 @@ def to_python(value: Any) -> Any:
             return item
         return arr.tolist()
     return value
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -78,7 +87,7 @@ class MetricsLogger:
         if self._tb is not None:
             prefix = f"{rec['stage']}/" if "stage" in rec else ""
             for k, v in rec.items():
-                if isinstance(v, int | float) and not isinstance(v, bool) and k != "step":
+                if _is_number(v) and k != "step":
                     self._tb.add_scalar(prefix + k, v, rec["step"])
             self._tb.flush()
         return rec
@@ -121,6 +130,17 @@ def save_figure(fig, path: str | Path, *, tight: bool = True, **savefig_kwargs) 
     pyplot().close(fig)
 
 
+def trailing_mean(y, n: int) -> np.ndarray:
+    """Moving average over the last `n` points (fewer at the start), same length as `y`."""
+    y = np.asarray(y, np.float64)
+    if n <= 1 or y.size == 0:
+        return y
+    c = np.cumsum(np.concatenate([[0.0], y]))
+    i = np.arange(1, y.size + 1)
+    lo = np.maximum(i - n, 0)
+    return (c[i] - c[lo]) / (i - lo)
+
+
 def plot_curves(
     records: Sequence[Mapping[str, Any]],
     keys: Sequence[str],
@@ -141,9 +161,8 @@ def plot_curves(
         if pts:
             x, y = map(np.asarray, zip(*pts, strict=True))
             ax.plot(x, y, alpha=0.35 if smooth > 1 else 1.0, lw=1)
-            if smooth > 1 and len(y) >= smooth:
-                ys = np.convolve(y, np.ones(smooth) / smooth, mode="valid")
-                ax.plot(x[smooth - 1 :], ys, lw=2)
+            if smooth > 1:
+                ax.plot(x, trailing_mean(y, smooth), lw=2)
         ax.set_xlabel("step")
         ax.set_title(key)
         ax.grid(alpha=0.3)
@@ -178,8 +197,7 @@ def plot_iqr_bands(
     x = np.asarray(x)
     for name, ys in curves.items():
         s = median_iqr(ys, axis=0)
-        (line,) = ax.plot(x, s["median"], lw=2, label=name)
-        ax.fill_between(x, s["q25"], s["q75"], color=line.get_color(), alpha=0.2)
+        _draw_band(ax, x, s["median"], s["q25"], s["q75"], label=name)
     if hline is not None:
         ax.axhline(hline, color="k", ls="--", lw=1)
     ax.set_xlabel(xlabel)
@@ -190,3 +208,171 @@ def plot_iqr_bands(
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, path)
+
+
+def _draw_band(ax, x, median, q25=None, q75=None, *, label: str = "") -> None:
+    """The median line, and the IQR band when `q25`/`q75` are given (one point: a marker)."""
+    (line,) = ax.plot(x, median, lw=2, label=label, marker="o" if len(x) == 1 else None)
+    if q25 is not None:
+        ax.fill_between(x, q25, q75, color=line.get_color(), alpha=0.2)
+
+
+ALL_STAGES = "all"
+# `jaxrl-suite plot`'s default panels: those of these every run logs (else the first common keys)
+DEFAULT_PLOT_KEYS = ("reward", "accuracy", "return", "episode_return", "train_return", "success",
+                     "score_mean", "loss")
+MAX_DEFAULT_PANELS = 4
+_NOT_METRICS = frozenset({"step", "seed"})
+
+
+def _metric_values(v: Any) -> list[float] | None:
+    """A record's value of a metric as one float per seed (a number, or a list of numbers)."""
+    if _is_number(v):
+        return [float(v)]
+    if isinstance(v, list) and v and all(_is_number(e) or e is None for e in v):
+        return [math.nan if e is None else float(e) for e in v]
+    return None
+
+
+def numeric_keys(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The metric keys of `records` (numbers or per-seed lists of numbers), in first-seen order;
+    `step` and `seed` are not metrics."""
+    keys: dict[str, None] = {}
+    for r in records:
+        for k, v in r.items():
+            if k not in _NOT_METRICS and k not in keys and _metric_values(v) is not None:
+                keys[k] = None
+    return list(keys)
+
+
+def default_plot_keys(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The panels `jaxrl-suite plot` draws without `--keys`: those of `DEFAULT_PLOT_KEYS` that
+    every run logs, else the first `MAX_DEFAULT_PANELS` metric keys common to all runs."""
+    common = numeric_keys(runs[0]) if runs else []
+    for records in runs[1:]:
+        theirs = set(numeric_keys(records))
+        common = [k for k in common if k in theirs]
+    preferred = [k for k in DEFAULT_PLOT_KEYS if k in common]
+    return (preferred or common)[:MAX_DEFAULT_PANELS]
+
+
+def stages(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The `stage` values of `records` in first-seen order (empty if they have none)."""
+    return list(dict.fromkeys(r["stage"] for r in records if "stage" in r))
+
+
+def stage_records(
+    records: Sequence[Mapping[str, Any]], key: str, stage: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The records a curve of `key` is drawn from: those of `stage`; all of them for
+    `stage="all"`; by default (None) those of the last stage (in record order) that logs `key`,
+    so that e.g. an SFT loss and a later GRPO loss are not joined into one curve."""
+    if stage == ALL_STAGES:
+        return list(records)
+    if stage is None:
+        holding = [r for r in records if _metric_values(r.get(key)) is not None]
+        if not holding:
+            return []
+        stage = holding[-1].get("stage")
+    return [r for r in records if r.get("stage") == stage]
+
+
+def seed_series(
+    records: Sequence[Mapping[str, Any]], key: str, *, stage: str | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One run's curves of `key` against `step`, one `(steps, values)` pair per seed.
+
+    Seeds come from list values (one value per seed: the i-th entries form seed i) and from a
+    `seed` field (records split by it); a plain number is one seed. Non-finite values are
+    dropped; a step logged twice for a seed keeps its last value. See `stage_records` for
+    `stage`."""
+    per_seed: dict[tuple, dict[int, float]] = {}
+    for r in stage_records(records, key, stage):
+        values = _metric_values(r.get(key))
+        if values is None or "step" not in r:
+            continue
+        for i, v in enumerate(values):
+            if math.isfinite(v):
+                per_seed.setdefault((r.get("seed"), i), {})[int(r["step"])] = v
+    out = []
+    for points in per_seed.values():
+        x = np.array(sorted(points))
+        out.append((x, np.array([points[s] for s in x], np.float64)))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """One curve over seeds: at each step of `x` the median and the 25th/75th percentiles of the
+    seeds that logged that step (numpy's linear interpolation); `seeds` curves in all."""
+
+    x: np.ndarray
+    median: np.ndarray
+    q25: np.ndarray
+    q75: np.ndarray
+    seeds: int
+
+
+def aggregate_runs(series: Sequence[tuple[Any, Any]], *, smooth: int = 1) -> Band:
+    """Median and IQR over seed curves `(steps, values)` that may log different steps: each is
+    smoothed first (`trailing_mean` over `smooth` points), then they are aligned on the union of
+    their steps, a seed that did not log a step being left out there."""
+    if not series:
+        raise ValueError("aggregate_runs needs at least one curve")
+    x = np.unique(np.concatenate([np.asarray(s, np.int64) for s, _ in series]))
+    table = np.full((len(series), x.size), np.nan)
+    for row, (steps, values) in zip(table, series, strict=True):
+        row[np.searchsorted(x, np.asarray(steps, np.int64))] = trailing_mean(values, smooth)
+    s = median_iqr(table, axis=0)
+    return Band(x, s["median"], s["q25"], s["q75"], len(series))
+
+
+def plot_runs(
+    runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+    keys: Sequence[str],
+    path: str | Path,
+    *,
+    stage: str | None = None,
+    smooth: int = 1,
+    title: str = "",
+) -> dict[str, dict[str, Band]]:
+    """One panel per key; in each, one curve per label of `runs` (label -> the records of each of
+    its runs): the median over all the label's seeds (see `seed_series`) with its IQR band when
+    there are two seeds or more, else the plain line. Returns {key: {label: Band}}; a label
+    with no data for a key is left out of that panel."""
+    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    ncols = min(len(keys), 3)
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.8 * ncols, 3.6 * nrows), squeeze=False)
+    bands: dict[str, dict[str, Band]] = {}
+    for ax, key in zip(axes.flat, keys, strict=False):  # a last row may have spare axes
+        bands[key] = {}
+        for label, run_records in runs.items():
+            series = [c for records in run_records for c in seed_series(records, key, stage=stage)]
+            if not series:
+                continue
+            b = bands[key][label] = aggregate_runs(series, smooth=smooth)
+            name = f"{label} ({b.seeds} seeds)" if b.seeds > 1 else label
+            if b.seeds > 1:
+                _draw_band(ax, b.x, b.median, b.q25, b.q75, label=name)
+            else:
+                _draw_band(ax, b.x, b.median, label=name)
+        shown = stage
+        if stage is None:  # name the stage the default picked, when it is the same for all runs
+            picked = {r.get("stage") for rs in runs.values() for records in rs
+                      for r in stage_records(records, key)[:1]}
+            shown = picked.pop() if len(picked) == 1 else None
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(key if shown in (None, ALL_STAGES) else f"{key} ({shown})")
+        ax.grid(alpha=0.3)
+        if bands[key]:
+            ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    save_figure(fig, path)
+    return bands

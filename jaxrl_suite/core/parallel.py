@@ -13,12 +13,50 @@ rows of a result back, and `gather_rows` collects a host-side per-row array from
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 DATA_AXIS = "data"
+
+
+def init_distributed(**kwargs) -> None:
+    """`jax.distributed.initialize` with failure detection sized for training runs.
+
+    Where the job comes from: `JAX_COORDINATOR_ADDRESS` (host:port of process 0, read by JAX), and
+    `JAX_NUM_PROCESSES` / `JAX_PROCESS_ID` when set; otherwise JAX's cluster auto-detection
+    (SLURM, Open MPI, Kubernetes, Cloud TPU). Keyword arguments override both.
+
+    Failure detection: process 0 runs the coordination service and declares a process dead once
+    it has missed heartbeats for `JAXRL_HEARTBEAT_TIMEOUT_S` seconds (default 30; JAX's own
+    default is 100); every surviving process then aborts with "Terminating process because the
+    JAX distributed service detected fatal errors". If process 0 itself dies, the others abort at
+    once. `JAXRL_INIT_TIMEOUT_S` (default 300) bounds the wait for all processes to connect.
+    """
+    from jaxrl_suite.core.config import ConfigError
+
+    def env_int(name: str, default: int | None, minimum: int) -> int | None:
+        text = os.environ.get(name, "")
+        if not text:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not an integer") from None
+        if value < minimum:
+            raise ConfigError(f"{name}={value} must be >= {minimum}")
+        return value
+
+    options = {
+        "num_processes": env_int("JAX_NUM_PROCESSES", None, 1),
+        "process_id": env_int("JAX_PROCESS_ID", None, 0),
+        "heartbeat_timeout_seconds": env_int("JAXRL_HEARTBEAT_TIMEOUT_S", 30, 1),
+        "initialization_timeout": env_int("JAXRL_INIT_TIMEOUT_S", 300, 1),
+    }
+    jax.distributed.initialize(**{**options, **kwargs})
 
 
 def make_mesh(num_devices: int | None = None, *, axis: str = DATA_AXIS) -> Mesh:

@@ -1,5 +1,7 @@
 """Two processes (2 CPU devices each) joined by `jax.distributed` train exactly like one process
 with 4 devices, and the experiment runs end to end under `jax.distributed` with process 0 writing.
+Both exit with status 0; and when either one fails, the other aborts with a clear message within
+the heartbeat timeout instead of hanging in its next collective.
 
 Each process only builds, samples and scores its own rows of every batch (`process_rows`); this is
 the multi-host code path, run on one machine with CPU collectives (gloo) over loopback.
@@ -11,8 +13,10 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
+import pytest
 
 STEPS = textwrap.dedent(
     """
@@ -104,3 +108,108 @@ def test_two_processes_equal_one_process_and_run_the_experiment(tmp_path):
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 5  # 3 SFT + 2 GRPO
     assert "held-out accuracy after GRPO" in outputs[0]
     assert "held-out accuracy" not in outputs[1]
+
+
+# `jaxrl-suite run crash_probe --distributed`: a registered test experiment whose processes run a
+# cheap cross-process collective (a sum over a global array) in a loop; process FAIL fails at its
+# second step, by an exception (the CLI's handler exits at once) or by SIGKILL (a hard crash).
+PROBE = textwrap.dedent(
+    """
+    import dataclasses, os, signal, sys, time
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jaxrl_suite.cli import main
+    from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
+
+    @dataclasses.dataclass
+    class ProbeConfig:
+        fail: int = 1
+        how: str = "raise"
+
+    def run(cfg, opts):
+        mesh = Mesh(np.asarray(jax.devices()), ("data",))
+        total = jax.jit(lambda x: x.sum(), out_shardings=NamedSharding(mesh, P()))
+        for step in range(3000):  # 5 min: far past the test's timeout
+            x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")),
+                                                       np.ones(2, np.float32))
+            assert float(total(x)) == 4.0
+            if step == 0:
+                print(f"process {jax.process_index()}: joined", flush=True)
+            if step == 1 and jax.process_index() == cfg.fail:
+                if cfg.how == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError("simulated failure")
+            time.sleep(0.1)
+        return {}
+
+    EXPERIMENTS.register("crash_probe", Experiment("crash_probe", ProbeConfig, run))
+    fail, how, out = sys.argv[1:]
+    sys.exit(main(["run", "crash_probe", "--distributed", "--no-progress", "--out", out,
+                   "--set", f"fail={fail}", "--set", f"how={how}"]))
+    """
+)
+HEARTBEAT_S = 10  # JAXRL_HEARTBEAT_TIMEOUT_S for the test (default 30)
+FATAL = "JAX distributed service detected fatal errors"  # XLA's line before it aborts a process
+
+
+@pytest.mark.parametrize(("failing", "how"), [(1, "raise"), (0, "raise"), (1, "kill"),
+                                              (0, "kill")])
+def test_a_failed_process_makes_the_other_abort_not_hang(tmp_path, failing, how):
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}", JAX_NUM_PROCESSES="2",
+               JAXRL_HEARTBEAT_TIMEOUT_S=str(HEARTBEAT_S))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE, str(failing), how, str(tmp_path / "run")],
+            env=dict(env, JAX_PROCESS_ID=str(pid)),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for pid in (0, 1)
+    ]
+    survivor = procs[1 - failing]
+
+    def wait(proc, timeout, what):
+        try:
+            return proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"{what} within {timeout} s:\n{proc.communicate()[0][-3000:]}")
+
+    try:
+        failed_out = wait(procs[failing], 120, f"process {failing} did not exit after failing")
+        t_failed = time.monotonic()
+        out = wait(survivor, HEARTBEAT_S + 50,
+                   f"process {1 - failing} hung instead of aborting after process {failing} died")
+        detected_s = time.monotonic() - t_failed
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert "joined" in failed_out and "joined" in out, failed_out[-3000:] + out[-3000:]
+    if how == "raise":  # the failing process reports, then exits at once (no shutdown barrier)
+        assert procs[failing].returncode == 1, failed_out[-3000:]
+        assert "RuntimeError: simulated failure" in failed_out
+        assert f"jaxrl-suite: process {failing} of 2 failed" in failed_out
+    else:
+        assert procs[failing].returncode == -9
+    assert survivor.returncode != 0, out[-3000:]
+    if failing == 1:  # the coordinator (process 0) notices the missing heartbeats
+        assert FATAL in out and "stopped sending heartbeats" in out, out[-3000:]
+        assert detected_s < HEARTBEAT_S + 30
+    else:  # the coordination service went down with process 0: the worker aborts at once (or
+        # its collective fails first and the CLI exits)
+        assert FATAL in out or "jaxrl-suite: process 1 of 2 failed" in out, out[-3000:]
+        assert detected_s < 20
+    print(f"process {failing} {how}: process {1 - failing} exited with {survivor.returncode} "
+          f"{detected_s:.1f} s later")
+
+
+def test_bad_distributed_settings_are_one_line_errors(monkeypatch, capsys):
+    from jaxrl_suite.cli import main
+
+    monkeypatch.setenv("JAXRL_HEARTBEAT_TIMEOUT_S", "soon")  # fails before joining any job
+    assert main(["run", "grpo_arithmetic", "--smoke", "--distributed"]) == 2
+    err = capsys.readouterr().err
+    assert err == "jaxrl-suite: error: JAXRL_HEARTBEAT_TIMEOUT_S='soon' is not an integer\n"

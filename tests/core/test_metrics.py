@@ -1,5 +1,6 @@
 import json
 import math
+import struct
 
 import jax.numpy as jnp
 import numpy as np
@@ -29,10 +30,41 @@ def test_logger_writes_jsonl_and_resume_drops_later_steps(tmp_path):
     assert read_metrics(tmp_path / "metrics.jsonl")[-1]["loss"] == 9.0
 
 
-def test_tensorboard_and_plot(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=True) as log:
-        log.log({"step": 1, "stage": "grpo", "reward": 0.5})
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+def read_tensorboard_scalars(event_dir) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of the TensorBoard event files in `event_dir`: TFRecord framing
+    (u64 length, u32 CRC, an `Event` proto, u32 CRC) parsed by hand, the protos tensorboardX's."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(event_dir.glob("events.out.tfevents.*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i : i + 8])
+            event = Event.FromString(data[i + 12 : i + 12 + n])
+            i += 12 + n + 4
+            for v in event.summary.value:
+                scalars.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return scalars
+
+
+def test_tensorboard_events_hold_the_logged_scalars(tmp_path):
+    with MetricsLogger(tmp_path / "tb", tensorboard=True) as log:
+        for s in (1, 2):
+            log.log({"step": s, "stage": "sft", "loss": 3.0 - s, "note": "text", "ok": True})
+        log.log({"step": 3, "stage": "grpo", "reward": jnp.float32(0.25), "n": np.int64(7),
+                 "per_seed": [1.0, 2.0]})
+        log.log({"step": 4, "reward": 0.5})  # no stage: the bare key
+    scalars = read_tensorboard_scalars(tmp_path / "tb" / "tensorboard")
+    # Numbers only (strings, bools and lists stay in metrics.jsonl), tagged stage/key.
+    assert scalars == {"sft/loss": [(1, 2.0), (2, 1.0)], "grpo/reward": [(3, 0.25)],
+                       "grpo/n": [(3, 7.0)], "reward": [(4, 0.5)]}
+    # Without the flag: no tensorboard dir.
+    with MetricsLogger(tmp_path / "plain") as log:
+        log.log({"step": 1, "loss": 1.0})
+    assert not (tmp_path / "plain" / "tensorboard").exists()
+
+
+def test_plot_curves(tmp_path):
     recs = [{"step": i, "reward": math.sin(i), "accuracy": float("nan")} for i in range(30)]
     plot_curves(recs, ["reward", "accuracy"], tmp_path / "p.png", smooth=5)
     assert (tmp_path / "p.png").stat().st_size > 1000
