@@ -1,6 +1,7 @@
 """Shared test helpers."""
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -21,3 +22,14 @@ def run_on_host_devices():
         return proc.stdout
 
     return run
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the test tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

@@ -3,7 +3,6 @@ converter round trip, mocked `tfds.load`, errors, and reference scores."""
 
 from __future__ import annotations
 
-import socket
 import sys
 
 import numpy as np
@@ -213,15 +212,6 @@ def test_load_max_episodes():
         np.testing.assert_array_equal(two[k], full[k][:n_two])
     with pytest.raises(ValueError, match="max_episodes"):
         load_tfds_d4rl(HOPPER, max_episodes=0)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("the test tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def test_unknown_dataset_is_one_line_error(no_network):

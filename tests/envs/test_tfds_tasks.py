@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import sys
 from decimal import Decimal
 from unittest import mock
@@ -382,15 +381,6 @@ def test_real_prepared_gsm8k_both_formats(prepared_gsm8k):
 
 
 # ----------------------------------------------------------------------------- errors
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("the test tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.mark.parametrize("name, dataset", [("gsm8k", "gsm8k"),

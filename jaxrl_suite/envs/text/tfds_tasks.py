@@ -204,6 +204,10 @@ class DatasetTask(Task):
             detail = f"missing field {err}" if isinstance(err, KeyError) else str(err)
             raise ValueError(f"{self._where(split)} record {k}: {detail}") from None
 
+    def solution(self, ex: Example) -> str:
+        """The SFT target: the canonical answer in answer tags."""
+        return answer_tags(ex.answer)
+
     def _generate(self, rng: np.random.Generator) -> Example:
         """A uniformly random train problem (`example` indexes the splits directly instead)."""
         return self.example("train", int(rng.integers(self.size("train"))))
@@ -479,9 +483,6 @@ class ClassificationTask(TfdsTask):
         prompt = self.template.format(text=text, labels=", ".join(names))
         return Example(prompt=prompt, answer=names[label], meta=(label, names))
 
-    def solution(self, ex: Example) -> str:
-        return answer_tags(ex.answer)
-
     def score(self, completion: str, ex: Example) -> float:
         content = extract_answer(completion)
         return float(content is not None and content.casefold() == ex.answer.casefold())
@@ -563,9 +564,6 @@ class QaTask(TfdsTask):
         question = _text(record["question"]).strip()
         return Example(prompt=self.template.format(question=question), answer=aliases[0],
                        meta=tuple(aliases))
-
-    def solution(self, ex: Example) -> str:
-        return answer_tags(ex.answer)
 
     def score(self, completion: str, ex: Example) -> float:
         content = extract_answer(completion)
@@ -727,9 +725,6 @@ class JsonlTask(DatasetTask):
     def _to_example(self, record) -> Example:
         prompt, answers = record
         return Example(prompt=prompt, answer=answers[0], meta=answers)
-
-    def solution(self, ex: Example) -> str:
-        return answer_tags(ex.answer)
 
     def score(self, completion: str, ex: Example) -> float:
         content = extract_answer(completion)
