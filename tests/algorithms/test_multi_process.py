@@ -1,5 +1,5 @@
 """Two processes (2 CPU devices each) joined by `jax.distributed` train exactly like one process
-with 4 devices, and the experiment runs end to end under `jax.distributed` with process 0 writing.
+with 4 devices (an SFT step, then 2 GRPO steps), and the experiment runs end to end under `jax.distributed` with process 0 writing.
 Both exit with status 0; and when either one fails, the other aborts with a clear message within
 the heartbeat timeout instead of hanging in its next collective.
 
@@ -37,7 +37,9 @@ STEPS = textwrap.dedent(
         grpo = GRPOTrainer(model, tok, task, GRPOConfig(prompts_per_step=4, group_size=4,
                            max_new_tokens=22, beta=0.05), mesh=mesh, prompt_len=12,
                            ref_params=params)
-        g, m = grpo.step(grpo.init_state(s.params, jax.random.PRNGKey(2)), grpo.batch(0))
+        g = grpo.init_state(s.params, jax.random.PRNGKey(2))
+        for n in range(2):  # two GRPO steps on successive batches
+            g, m = grpo.step(g, grpo.batch(4 * n))
         leaves = [np.asarray(x.addressable_data(0)) for x in jax.tree.leaves(g.params)]
         return leaves, m
     """
