@@ -1,5 +1,6 @@
 """Two processes (2 CPU devices each) joined by `jax.distributed` train exactly like one process
-with 4 devices (an SFT step, then 2 GRPO steps), and the experiment runs end to end under `jax.distributed` with process 0 writing.
+with 4 devices (an SFT step, then 2 GRPO steps), and the experiment runs end to end under
+`jax.distributed` with process 0 writing.
 Both exit with status 0; and when either one fails, the other aborts with a clear message within
 the heartbeat timeout instead of hanging in its next collective.
 

@@ -199,3 +199,30 @@ def _all_errors(path):
             config_from_hf({**base, **case})
         assert next(iter(case)) in str(e.value)  # names the field
         yield e.value
+
+
+def test_real_config_files_map_to_the_published_sizes():
+    """config.json of Qwen2.5-0.5B and TinyLlama-1.1B as published (transformers 4 layout:
+    top-level rope_theta, rope_scaling null); their parameter counts are the published ones."""
+    from jaxrl_suite.models import LMConfig
+    from jaxrl_suite.models.hf import num_params
+
+    qwen = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+            "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+            "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "rope_scaling": None, "sliding_window": 32768, "use_sliding_window": False,
+            "max_window_layers": 21, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+    cfg = config_from_hf(qwen)
+    assert cfg == LMConfig(vocab_size=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                           d_ff=4864, max_len=32768, rope_theta=1e6, tie_embeddings=True,
+                           norm_eps=1e-6, qkv_bias=True)
+    assert num_params(cfg) == 494_032_768  # "0.49B" on the model card
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+             "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+             "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "rope_scaling": None, "tie_word_embeddings": False, "attention_bias": False}
+    cfg = config_from_hf(llama)
+    assert (cfg.n_kv_heads, cfg.resolved_head_dim, cfg.tie_embeddings) == (4, 64, False)
+    assert num_params(cfg) == 1_100_048_384  # TinyLlama-1.1B
