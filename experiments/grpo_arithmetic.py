@@ -49,7 +49,7 @@ class TaskConfig:
     def build(self) -> Task:
         """The task `name` with the fields of this section that it takes (one-line errors)."""
         cls = TASKS.get(self.name)
-        takes = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        takes = {f.name for f in dataclasses.fields(cls)}  # every task is a dataclass
         kwargs = {k: getattr(self, k) for k in ("digits", "seed") if k in takes}
         for k in ("data_dir", "path", "test_path"):
             value = getattr(self, k)
@@ -136,20 +136,18 @@ def _setup(cfg, task: Task | None = None):
     The initial params are a fresh init of `cfg.model`, or the weights (and the tokenizer) of the
     local Hugging Face checkpoint `cfg.model.hf_path` when that is set.
 
-    `cfg` needs this module's `task.prompt_len`, `model`, `sft`, `grpo` and `run` fields (other
-    LM experiments reuse it); `task` defaults to the one `cfg.task` names.
+    `cfg` needs this module's `task.prompt_len`, `model` (a `ModelConfig`), `sft`, `grpo` and
+    `run` fields (other LM experiments reuse it); `task` defaults to the one `cfg.task` names.
     """
     init_key, sft_key, grpo_key = jax.random.split(jax.random.PRNGKey(cfg.run.seed), 3)
-    hf_path = getattr(cfg.model, "hf_path", None)
-    if hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
+    if cfg.model.hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
         try:
-            model_cfg, params, tokenizer = load_hf_checkpoint(hf_path, dtype=cfg.model.dtype)
+            model_cfg, params, tokenizer = load_hf_checkpoint(cfg.model.hf_path,
+                                                              dtype=cfg.model.dtype)
         except (FileNotFoundError, HFCheckpointError) as e:
             raise ConfigError(f"config field 'model.hf_path': {e}") from None
     else:
-        model_cfg, params = cfg.model, None
-        if isinstance(model_cfg, ModelConfig):
-            model_cfg = model_cfg.lm_config()
+        model_cfg, params = cfg.model.lm_config(), None
         tokenizer = load_tokenizer(cfg.run.tokenizer)
     if model_cfg.vocab_size < tokenizer.vocab_size:
         raise ConfigError(

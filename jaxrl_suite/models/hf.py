@@ -291,7 +291,7 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
             x = np.frombuffer(data[start + lo : start + hi], dtype=ml_dtypes.bfloat16)
             out[k] = x.reshape(header[k]["shape"]).astype(np.float32)
     with safe_open(str(path), framework="np") as f:
-        for k in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+        for k in f.keys():
             if k not in out:
                 out[k] = f.get_tensor(k)
     return out
