@@ -15,6 +15,9 @@ dataclass that holds only static configuration and constant arrays, so it can be
 `value_fn` is the critic's estimate of the initial-state value V(s0 | c), a jit-traceable closure.
 No method branches in Python on traced values, so `init`, `sample` and `update` can all be jitted
 and vmapped (over seeds or keys).
+
+Curricula are registered by name in `CURRICULA` (each module registers its own) and built with
+`make_curriculum(name, instances, **kwargs)`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxrl_suite.core.registry import Registry
 
 ValueFn = Callable[[jax.Array], jax.Array]
 """Critic estimate V(s0 | c): contexts [m, F] -> values [m]; must be jit-traceable."""
@@ -50,6 +55,19 @@ class Curriculum(Protocol):
     def metrics(self, state: Any) -> dict[str, jax.Array]:
         """Scalar diagnostics; the keys are fixed for a given curriculum object."""
         ...
+
+
+CURRICULA: Registry[Callable[..., Curriculum]] = Registry("curriculum")
+
+
+def make_curriculum(name: str, instances: Any, **kwargs: Any) -> Curriculum:
+    """Builds the curriculum registered as `name` over `instances` ([N, F]) with constructor
+    `kwargs`, e.g. make_curriculum("space", instances, eta=0.1, kappa=1).
+
+    Raises:
+      UnknownNameError: (a LookupError) for an unregistered name; the message lists the known ones.
+    """
+    return CURRICULA.get(name)(instances, **kwargs)
 
 
 def as_instances(instances: Any, name: str = "instances") -> jax.Array:
@@ -158,3 +176,7 @@ class RandomCurriculum:
 
     def metrics(self, state: RandomState) -> dict[str, jax.Array]:
         return {"num_updates": state.num_updates}
+
+
+CURRICULA.register("round_robin", RoundRobin)
+CURRICULA.register("random", RandomCurriculum)

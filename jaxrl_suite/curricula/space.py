@@ -9,16 +9,24 @@ re-implementation (github.com/automl/Mighty, `mighty/mighty_meta/space.py`); no 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxrl_suite.curricula.base import ValueFn, as_instances
+from jaxrl_suite.core.registry import Registry
+from jaxrl_suite.curricula.base import CURRICULA, ValueFn, as_instances
 
-ORDERINGS = ("improvement", "relative_improvement", "absolute")
 INITIAL_SETS = ("first", "random")
 _TINY = 1e-8
+
+# ordering -> d_t(c) from (V_t(c), V_{t-1}(c)), both [N] (see `SPaCE`).
+ORDERINGS: Registry[Callable[[jax.Array, jax.Array], jax.Array]] = Registry("SPaCE ordering")
+ORDERINGS.register("improvement", lambda values, prev: values - prev)
+ORDERINGS.register("relative_improvement",
+                   lambda values, prev: (values - prev) / jnp.maximum(jnp.abs(prev), _TINY))
+ORDERINGS.register("absolute", lambda values, prev: values)
 
 
 class SPaCEState(NamedTuple):
@@ -83,7 +91,7 @@ class SPaCE:
     def __post_init__(self) -> None:
         object.__setattr__(self, "instances", as_instances(self.instances))
         if self.ordering not in ORDERINGS:
-            raise ValueError(f"ordering must be one of {ORDERINGS}, got {self.ordering!r}")
+            raise ValueError(f"ordering must be one of {ORDERINGS.names()}, got {self.ordering!r}")
         if self.initial not in INITIAL_SETS:
             raise ValueError(f"initial must be one of {INITIAL_SETS}, got {self.initial!r}")
         if int(self.kappa) < 1:
@@ -123,13 +131,7 @@ class SPaCE:
         return self.instances[state.order[slot]]
 
     def _scores(self, values: jax.Array, state: SPaCEState) -> jax.Array:
-        prev = state.last_values
-        if self.ordering == "improvement":
-            score = values - prev
-        elif self.ordering == "relative_improvement":
-            score = (values - prev) / jnp.maximum(jnp.abs(prev), _TINY)
-        else:
-            score = values
+        score = ORDERINGS.get(self.ordering)(values, state.last_values)
         score = jnp.where(state.num_updates > 0, score, values)
         return jnp.where(jnp.isnan(score), -jnp.inf, score)
 
@@ -165,3 +167,6 @@ class SPaCE:
 
     def metrics(self, state: SPaCEState) -> dict[str, jax.Array]:
         return {"set_size": state.set_size, "mean_value": state.last_mean}
+
+
+CURRICULA.register("space", SPaCE)

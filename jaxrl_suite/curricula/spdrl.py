@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_suite.curricula.base import ValueFn, as_instances
+from jaxrl_suite.curricula.base import CURRICULA, ValueFn, as_instances
 
 
 def solve_triangular(chol: jax.Array, b: jax.Array, lower: bool = True) -> jax.Array:
@@ -367,3 +367,6 @@ class SPDRL:
         for i in range(self.num_features):
             out[f"std_{i}"] = std[i]
         return out
+
+
+CURRICULA.register("spdrl", SPDRL)

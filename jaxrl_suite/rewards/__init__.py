@@ -1,0 +1,61 @@
+"""Verifiable rewards on decoded text: answer format, exact / numeric / list matches, SQuAD EM
+and F1, and safe arithmetic expressions. Plain Python on `str`, run between jitted calls.
+
+A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
+refuse inputs over a length cap) and never raise on a `str`; a malformed answer scores 0.0. The
+text tasks (`envs.text`) build their `score` from them. This package imports nothing above
+`core`, so any layer may use it.
+"""
+
+from jaxrl_suite.rewards.expression import (
+    MAX_EXPRESSION_CHARS,
+    MAX_PAREN_DEPTH,
+    expression_reward,
+    parse_expression,
+)
+from jaxrl_suite.rewards.format import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    answer_tags,
+    extract_answer,
+    format_reward,
+)
+from jaxrl_suite.rewards.match import (
+    MAX_INT_DIGITS,
+    MAX_NUMBER_CHARS,
+    Matcher,
+    best_match,
+    normalize_text,
+    numeric_match,
+    parse_number,
+    parse_numbers,
+    positional_matches,
+    string_match,
+)
+from jaxrl_suite.rewards.qa import QA_METRICS, exact_match, normalize_answer, token_f1
+
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "MAX_EXPRESSION_CHARS",
+    "MAX_INT_DIGITS",
+    "MAX_NUMBER_CHARS",
+    "MAX_PAREN_DEPTH",
+    "QA_METRICS",
+    "Matcher",
+    "answer_tags",
+    "best_match",
+    "exact_match",
+    "expression_reward",
+    "extract_answer",
+    "format_reward",
+    "normalize_answer",
+    "normalize_text",
+    "numeric_match",
+    "parse_expression",
+    "parse_number",
+    "parse_numbers",
+    "positional_matches",
+    "string_match",
+    "token_f1",
+]

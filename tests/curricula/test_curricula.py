@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.curricula import (
+    CURRICULA,
     SPDRL,
     Curriculum,
     RandomCurriculum,
@@ -135,8 +137,15 @@ def test_make_curriculum():
     space = make_curriculum("space", INSTANCES, kappa=3, eta=0.2)
     assert isinstance(space, SPaCE) and space.kappa == 3 and space.eta == 0.2
     assert isinstance(make_curriculum("spdrl", INSTANCES, epsilon=0.1), SPDRL)
-    with pytest.raises(ValueError, match="'spcae'.*round_robin, random, space, spdrl"):
+    with pytest.raises(UnknownNameError, match="'spcae'.*random, round_robin, space, spdrl"):
         make_curriculum("spcae", INSTANCES)
+
+
+def test_curricula_registry_refuses_duplicates():
+    assert CURRICULA.names() == ["random", "round_robin", "space", "spdrl"]
+    assert CURRICULA.get("space") is SPaCE and CURRICULA.get("spdrl") is SPDRL
+    with pytest.raises(ValueError, match="already registered"):
+        CURRICULA.register("space", RoundRobin)
 
 
 def test_constructor_validation():

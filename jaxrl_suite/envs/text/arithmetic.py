@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Task, answer_tags, extract_answer
+from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards.format import answer_tags, extract_answer
+from jaxrl_suite.rewards.match import string_match
 
 _MAX_DIGITS = 18  # operands are drawn as int64
 
@@ -21,7 +23,8 @@ class ArithmeticTask(Task):
     1-digit numbers are 0..9). Example: prompt "123+456=", answer "579", meta (123, 456).
 
     Reward (`score`): 1.0 iff the first `<answer>` content, stripped, equals str(a + b) exactly
-    (so "0579" or "579.0" score 0.0), else 0.0. a+b and b+a share a split.
+    (`rewards.string_match`, so "0579" or "579.0" score 0.0), else 0.0. a+b and b+a share a
+    split.
     """
 
     name: ClassVar[str] = "arithmetic"
@@ -54,7 +57,7 @@ class ArithmeticTask(Task):
         return answer_tags(ex.answer)
 
     def score(self, completion: str, ex: Example) -> float:
-        return 1.0 if extract_answer(completion) == ex.answer else 0.0
+        return string_match(extract_answer(completion), ex.answer)
 
 
 TASKS.register(ArithmeticTask.name, ArithmeticTask)

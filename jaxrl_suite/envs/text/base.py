@@ -1,4 +1,4 @@
-"""Verifiable text tasks: the `Example` record, the `Task` interface, answer parsing and `TASKS`.
+"""Verifiable text tasks: the `Example` record, the `Task` interface and the `TASKS` registry.
 
 A task is a deterministic, index-addressable stream of problems with a programmatic checker:
 `task.example(split, i)` depends only on (task params, seed, split, i), so a data cursor is just
@@ -7,7 +7,9 @@ an integer and resumes exactly. The train and test splits are disjoint: a proble
 resamples (with a derived seed) until it draws a problem of its own.
 
 Completions answer inside `<answer>...</answer>`; the reward is `score` (correctness in [0, 1])
-plus an optional `format_weight * format_reward`.
+plus an optional `format_weight * format_reward`. The answer extraction, format reward and the
+verifiers live in `jaxrl_suite.rewards`; `extract_answer`, `format_reward` and `answer_tags` are
+re-exported here for existing importers.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import ClassVar
 import numpy as np
 
 from jaxrl_suite.core.registry import Registry
+from jaxrl_suite.rewards.format import answer_tags, extract_answer, format_reward
 
 SPLITS = ("train", "test")
 _TEST_BUCKETS = 10  # a problem is held out iff stable_hash(key) % _TEST_BUCKETS == 0
 _MAX_ATTEMPTS = 10_000  # resampling bound; only reached if a split of a tiny task is empty
-_OPEN, _CLOSE = "<answer>", "</answer>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,31 +43,6 @@ class Example:
     prompt: str
     answer: str
     meta: tuple = ()
-
-
-def extract_answer(text: str) -> str | None:
-    """Returns the stripped content of the first `<answer>...</answer>` in `text`, else None.
-
-    Linear time (plain `str.find`), so arbitrarily long garbage is cheap.
-    """
-    start = text.find(_OPEN)
-    if start < 0:
-        return None
-    start += len(_OPEN)
-    end = text.find(_CLOSE, start)
-    return None if end < 0 else text[start:end].strip()
-
-
-def format_reward(text: str) -> float:
-    """1.0 iff `text` is one `<answer>...</answer>` and nothing else but whitespace, else 0.0."""
-    body = text.strip()
-    ok = (
-        body.startswith(_OPEN)
-        and body.endswith(_CLOSE)
-        and body.count(_OPEN) == 1
-        and body.count(_CLOSE) == 1
-    )
-    return 1.0 if ok else 0.0
 
 
 def _split_id(split: str) -> int:
@@ -135,11 +112,6 @@ class Task(abc.ABC):
     def reward(self, completion: str, ex: Example, *, format_weight: float = 0.0) -> float:
         """score(completion, ex) + format_weight * format_reward(completion)."""
         return self.score(completion, ex) + format_weight * format_reward(completion)
-
-
-def answer_tags(content: str) -> str:
-    """Wraps `content` as a well-formatted completion: "<answer>content</answer>"."""
-    return f"{_OPEN}{content}{_CLOSE}"
 
 
 TASKS: Registry[Callable[..., Task]] = Registry("task")

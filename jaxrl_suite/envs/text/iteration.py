@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import Example, Task, extract_answer
+from jaxrl_suite.envs.text.base import Example, Task
+from jaxrl_suite.rewards.format import extract_answer
 
 IMPROVE, DIVERGE = "improve", "diverge"
 

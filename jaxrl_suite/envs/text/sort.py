@@ -11,15 +11,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Task, answer_tags, extract_answer
-
-
-def parse_numbers(content: str) -> list[int] | None:
-    """Space-separated non-negative integers, e.g. "3 7 19" -> [3, 7, 19]; None if malformed."""
-    parts = content.split()
-    if not parts or not all(p.isdigit() and len(p) <= 18 for p in parts):
-        return None
-    return [int(p) for p in parts]
+from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards.format import answer_tags, extract_answer
+from jaxrl_suite.rewards.match import parse_numbers, positional_matches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +21,9 @@ class SortTask(Task):
     """Sort `num_items` integers drawn uniformly from [0, max_value] in ascending order.
 
     Reward (`score`): the fraction of positions i < num_items whose i-th number of the first
-    `<answer>` content equals the i-th number of the sorted list (a longer answer is cut at
-    num_items; a shorter one misses the rest). Malformed or missing answers score 0.0; only the
+    `<answer>` content (`rewards.parse_numbers`) equals the i-th number of the sorted list
+    (`rewards.positional_matches`: a longer answer is cut at num_items; a shorter one misses the
+    rest). Malformed or missing answers score 0.0; only the
     exact sorted list scores 1.0. Problems with the same multiset share a split.
     """
 
@@ -59,8 +54,7 @@ class SortTask(Task):
         got = None if content is None else parse_numbers(content)
         if got is None:
             return None
-        want = sorted(ex.meta)
-        return sum(a == b for a, b in zip(got[: len(want)], want, strict=False))
+        return positional_matches(got, sorted(ex.meta))
 
     def score(self, completion: str, ex: Example) -> float:
         k = self.in_place(completion, ex)

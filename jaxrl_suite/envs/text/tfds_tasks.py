@@ -33,8 +33,9 @@ once, on a machine with network access, preferably as array_record:
 then pass `data_dir=DIR` (default: TFDS's, $TFDS_DATA_DIR or ~/tensorflow_datasets). TFDS needs
 the optional extra: `pip install -e ".[tfds]"`. TFDS text features (bytes) are decoded as UTF-8.
 
-Answer checks (public helpers): `parse_number` (GSM8K and numeric JSONL answers),
-`normalize_answer`, `exact_match` and `token_f1` (SQuAD's normalisation and metrics).
+Answer checks: `jaxrl_suite.rewards` (`numeric_match` / `parse_number` for GSM8K and numeric JSONL
+answers, `string_match` for labels and plain JSONL answers, and SQuAD's `normalize_answer`,
+`exact_match` and `token_f1`); the last four are re-exported here.
 """
 
 from __future__ import annotations
@@ -45,9 +46,7 @@ import json
 import os
 import re
 import string
-from collections import Counter
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,11 +57,17 @@ from jaxrl_suite.envs.text.base import (
     Task,
     _split_id,
     _stable_hash,
-    answer_tags,
-    extract_answer,
 )
+from jaxrl_suite.rewards.format import answer_tags, extract_answer
+from jaxrl_suite.rewards.match import (
+    best_match,
+    normalize_text,
+    numeric_match,
+    parse_number,
+    string_match,
+)
+from jaxrl_suite.rewards.qa import QA_METRICS, exact_match, normalize_answer, token_f1
 
-MAX_NUMBER_CHARS = 64  # longer answer contents are not numbers (and never parsed)
 _TEST_BUCKETS = 10_000  # JSONL: test iff stable_hash(prompt) % 10_000 < fraction * 10_000
 
 GSM8K_TEMPLATE = "Question: {question}\nGive the final number inside <answer></answer>.\n"
@@ -71,63 +76,7 @@ CLASSIFY_TEMPLATE = (
 )
 QA_TEMPLATE = "Question: {question}\nAnswer inside <answer></answer>.\n"
 
-_NUMBER = re.compile(r"[+-]?\$?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
 _CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations, e.g. "<<48/2=24>>"
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = frozenset(string.punctuation)
-
-
-# ----------------------------------------------------------------------------- answer checks
-
-
-def parse_number(text: str) -> Decimal | None:
-    """The number in `text`, exactly, or None if `text` is not one number.
-
-    Surrounding whitespace, one trailing period, a `$` after the optional sign and thousands
-    separators ("1,234", not "1,2") are ignored: "$1,234.50" -> Decimal("1234.50"), "-7." ->
-    Decimal("-7"). Anything else ("72%", "72 apples", "1e3", "7/2") is not a number. Decimals
-    compare by value, so parse_number("72.0") == parse_number("72").
-    """
-    body = text.strip()
-    if len(body) > MAX_NUMBER_CHARS:
-        return None
-    body = body.removesuffix(".")
-    if not _NUMBER.fullmatch(body):
-        return None
-    try:
-        return Decimal(body.replace("$", "").replace(",", ""))
-    except InvalidOperation:  # unreachable for a full match; kept so parsing never raises
-        return None
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lowercase, drop punctuation, drop the articles a/an/the, collapse
-    whitespace. "The  Eiffel-Tower!" -> "eiffeltower"."""
-    text = "".join(c for c in text.lower() if c not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def exact_match(prediction: str, gold: str) -> float:
-    """1.0 iff the normalised strings are equal, else 0.0."""
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD's token F1 of the normalised strings: 2PR / (P + R) over the multiset of shared
-    whitespace tokens. If either side normalises to no tokens, 1.0 iff both do."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:
-        return float(pred == ref)
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _plain(text: str) -> str:
-    """The JSONL non-numeric normalisation: casefold and collapse whitespace."""
-    return " ".join(text.casefold().split())
 
 
 # ----------------------------------------------------------------------------- base classes
@@ -409,9 +358,7 @@ class Gsm8kTask(TfdsTask):
         return answer_tags(ex.answer)
 
     def score(self, completion: str, ex: Example) -> float:
-        content = extract_answer(completion)
-        value = None if content is None else parse_number(content)
-        return 1.0 if value is not None and value == parse_number(ex.answer) else 0.0
+        return numeric_match(extract_answer(completion), ex.answer)
 
     def feedback(self, completion: str, ex: Example) -> str:
         """"no answer" / "not a number" / "wrong" / "correct"."""
@@ -484,8 +431,7 @@ class ClassificationTask(TfdsTask):
         return Example(prompt=prompt, answer=names[label], meta=(label, names))
 
     def score(self, completion: str, ex: Example) -> float:
-        content = extract_answer(completion)
-        return float(content is not None and content.casefold() == ex.answer.casefold())
+        return string_match(extract_answer(completion), ex.answer, normalize=str.casefold)
 
 
 def _class_names(name: str, data_dir: str | None, field: str) -> tuple[str, ...]:
@@ -527,8 +473,6 @@ class ImdbTask(ClassificationTask):
 
 # ----------------------------------------------------------------------------- QA
 
-_METRICS = ("em", "f1")
-
 
 @dataclasses.dataclass(frozen=True)
 class QaTask(TfdsTask):
@@ -550,8 +494,9 @@ class QaTask(TfdsTask):
 
     def __post_init__(self):
         _check_template(self.name, self.template, {"question"}, {"question"})
-        if self.metric not in _METRICS:
-            raise ValueError(f"{self.name}: metric must be one of {_METRICS}, got {self.metric!r}")
+        if self.metric not in QA_METRICS:
+            raise ValueError(f"{self.name}: metric must be one of {tuple(QA_METRICS.names())}, "
+                             f"got {self.metric!r}")
 
     def _aliases(self, record) -> list[str]:
         raise NotImplementedError
@@ -566,11 +511,7 @@ class QaTask(TfdsTask):
                        meta=tuple(aliases))
 
     def score(self, completion: str, ex: Example) -> float:
-        content = extract_answer(completion)
-        if content is None:
-            return 0.0
-        metric = exact_match if self.metric == "em" else token_f1
-        return max(metric(content, alias) for alias in ex.meta)
+        return best_match(extract_answer(completion), ex.meta, QA_METRICS.get(self.metric))
 
     def feedback(self, completion: str, ex: Example) -> str:
         """"no answer" / "wrong" / "correct" / "partly right (F1 0.67)"."""
@@ -672,6 +613,13 @@ def _read_jsonl(path: str, prompt_field: str, answer_field: str) -> list[tuple[s
     return rows
 
 
+def _jsonl_match(prediction: str | None, gold: str) -> float:
+    """A numeric gold matches by value (`numeric_match`), any other after `normalize_text`."""
+    if parse_number(gold) is not None:
+        return numeric_match(prediction, gold)
+    return string_match(prediction, gold, normalize=normalize_text)
+
+
 @dataclasses.dataclass(frozen=True)
 class JsonlTask(DatasetTask):
     """Your own problems: a local JSONL file, one {"prompt": ..., "answer": ...} object a line.
@@ -727,15 +675,7 @@ class JsonlTask(DatasetTask):
         return Example(prompt=prompt, answer=answers[0], meta=answers)
 
     def score(self, completion: str, ex: Example) -> float:
-        content = extract_answer(completion)
-        if content is None:
-            return 0.0
-        value = parse_number(content)
-        for gold in ex.meta:
-            want = parse_number(gold)
-            if (value == want) if want is not None else (_plain(content) == _plain(gold)):
-                return 1.0
-        return 0.0
+        return best_match(extract_answer(completion), ex.meta, _jsonl_match)
 
 
 _ADAPTERS: tuple[type[DatasetTask], ...] = (
