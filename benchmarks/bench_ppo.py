@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
     steps_per_seed = cfg.num_updates * cfg.num_envs * cfg.num_steps
     key = jax.random.key(0)
     keys = seed_keys(a.seeds)
-    ours = make_train(cfg)
+    ours, _ = make_train(cfg)
     base = make_single_file_train(cfg)
 
     ours_c, ours_compile = _compile(ours, key)

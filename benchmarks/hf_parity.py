@@ -119,10 +119,11 @@ def our_greedy(config, params, ids, mask, new_tokens: int):
     import jax.numpy as jnp
 
     from jaxrl_suite.models import CausalLM
-    from jaxrl_suite.sampling.generate import generate
+    from jaxrl_suite.sampling import KVCacheSampler
 
-    out = generate(CausalLM(config), params, jnp.asarray(ids), jnp.asarray(mask),
-                   jax.random.PRNGKey(0), max_new_tokens=new_tokens, greedy=True, eos_id=-1)
+    sampler = KVCacheSampler(CausalLM(config), max_new_tokens=new_tokens, eos_id=-1, pad_id=0,
+                             greedy=True)
+    out = sampler(params, jnp.asarray(ids), jnp.asarray(mask), jax.random.PRNGKey(0))
     return np.asarray(out.tokens)
 
 

@@ -1,17 +1,7 @@
-"""Experiment scripts, one per paper; each registers itself in `EXPERIMENTS` here."""
+"""Experiment scripts, one per paper. Each module defines `EXPERIMENT`; pyproject.toml lists them
+in the `jaxrl_suite.experiments` entry-point group, which is how `jaxrl-suite` finds them. Their
+default YAML configs ship beside them, in `experiments/configs/` (package data)."""
 
-from experiments import (
-    carl_generalization,
-    elmur_popgym,
-    elmur_tmaze,
-    exit_self_improve,
-    grpo_arithmetic,
-    oppo_offline_pref,
-    siren_entropy,
-    space_curriculum,
-)
-from jaxrl_suite.core.experiment import EXPERIMENTS
+from importlib.resources import files
 
-for _module in (grpo_arithmetic, carl_generalization, space_curriculum, elmur_tmaze,
-                elmur_popgym, siren_entropy, oppo_offline_pref, exit_self_improve):
-    EXPERIMENTS.register(_module.EXPERIMENT.name, _module.EXPERIMENT)
+CONFIGS = files(__name__) / "configs"  # the default YAML configs, NAME.yaml each

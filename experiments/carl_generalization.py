@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 import time
 
 import numpy as np
 
+from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
@@ -38,6 +38,8 @@ from jaxrl_suite.core.metrics import (
     save_figure,
     write_json,
 )
+from jaxrl_suite.core.parallel import print0
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
 NAME = "carl_generalization"
@@ -68,9 +70,7 @@ class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
 
     def __post_init__(self):
-        unknown = set(self.run.variants) - set(VARIANTS)
-        if unknown:
-            raise ValueError(f"run.variants: unknown {sorted(unknown)}; valid: {list(VARIANTS)}")
+        check_variants(self.run.variants, VARIANTS, "run.variants")
         if len(self.context.features) != 2:
             raise ValueError("context.features must name exactly two features (the grid axes)")
         if self.ppo.num_updates % self.run.chunks:
@@ -124,9 +124,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "grid_return": float(evals.mean()),
             }
             logger.log(record)
-            _print(f"[{NAME}] {variant}: chunk {c + 1}/{n}, train return "
-                   f"{record['train_return']:.1f}, mean grid return {record['grid_return']:.1f}",
-                   opts)
+            print0(f"[{NAME}] {variant}: chunk {c + 1}/{n}, train return "
+                   f"{record['train_return']:.1f}, mean grid return {record['grid_return']:.1f}")
 
         metrics, evals = train_seeds(
             pcfg, cfg.run.seeds, eval_contexts=grid, checkpointer=ckpts[variant],
@@ -170,7 +169,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     plot_iqr_bands(x, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
                    ylabel="mean return over the eval grid",
                    title=f"CARL {cfg.ppo.env}: median and IQR over {cfg.run.seeds} seeds")
-    _print(_table(cfg, results), opts)
+    print0(_table(cfg, results))
     return summary
 
 
@@ -211,13 +210,9 @@ def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:
     save_figure(fig, path, tight=False, bbox_inches="tight")
 
 
-def _print(text: str, opts: RunOptions) -> None:
-    del opts  # printed in every mode: these are the experiment's results
-    print(text, file=sys.stdout, flush=True)
-
-
 EXPERIMENT = Experiment(
     name=NAME,
+    config=CONFIGS / f"{NAME}.yaml",
     config_cls=Config,
     run=run,
     description="CARL: PPO with hidden vs visible context on held-out CartPole physics",

@@ -20,12 +20,12 @@ results/elmur_popgym/{summary.json, metrics.jsonl, returns.png}.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 
 import jax
 import numpy as np
 
+from experiments import CONFIGS
 from jaxrl_suite.algorithms.rcbc import (
     ARCHS,
     PolicyConfig,
@@ -39,7 +39,8 @@ from jaxrl_suite.algorithms.rcbc import (
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
-from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.parallel import make_mesh, print0
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -73,9 +74,7 @@ class Config:
         for field, given, valid in (("run.tasks", self.run.tasks, POPGYM_NAMES),
                                     ("run.difficulties", self.run.difficulties, DIFFICULTIES),
                                     ("run.models", self.run.models, ARCHS)):
-            unknown = set(given) - set(valid)
-            if unknown:
-                raise ValueError(f"{field}: unknown {sorted(unknown)}; valid: {list(valid)}")
+            check_variants(given, valid, field)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
@@ -111,7 +110,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                             "return": float(per_seed.mean()),
                             "final_loss": results[label][model]["final_loss"]})
                 if opts.progress:
-                    _print(f"[{NAME}] {label} {model}: return {per_seed.mean():.3f} +- "
+                    print0(f"[{NAME}] {label} {model}: return {per_seed.mean():.3f} +- "
                            f"{per_seed.std():.3f} ({t_train:.0f} s training)")
     logger.close()
     summary = {"config": to_dict(cfg), "results": results,
@@ -126,7 +125,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         cells = "".join(f"{r[m]['return_mean']:>11.3f} +- {r[m]['return_std']:.3f}"
                         for m in models)
         lines.append(f"{label:<26}{cells}{r[models[0]]['data_return']:>8.3f}")
-    _print("\n".join(lines))
+    print0("\n".join(lines))
     return summary
 
 
@@ -150,12 +149,9 @@ def _plot(cfg: Config, results: dict, path) -> None:
     save_figure(fig, path)
 
 
-def _print(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
-
-
 EXPERIMENT = Experiment(
     name=NAME,
+    config=CONFIGS / f"{NAME}.yaml",
     config_cls=Config,
     run=run,
     description="ELMUR vs a memoryless transformer and a GRU on POPGym (offline RC-BC)",

@@ -21,13 +21,13 @@ results/elmur_tmaze/{summary.json, metrics.jsonl, success.png}.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import CONFIGS
 from jaxrl_suite.algorithms.rcbc import (
     PolicyConfig,
     RCBCConfig,
@@ -40,7 +40,8 @@ from jaxrl_suite.algorithms.rcbc import (
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
-from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.parallel import make_mesh, print0
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -85,9 +86,7 @@ class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
 
     def __post_init__(self):
-        unknown = set(self.run.models) - set(MODELS)
-        if unknown:
-            raise ValueError(f"run.models: unknown {sorted(unknown)}; valid: {list(MODELS)}")
+        check_variants(self.run.models, MODELS, "run.models")
         if len(self.eval.episodes) != len(self.eval.lengths):
             raise ValueError(
                 f"eval.episodes has {len(self.eval.episodes)} entries, eval.lengths "
@@ -141,7 +140,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             logger.log({"step": step, "model": model, "corridor_length": length,
                         "success": float(per_seed.mean()), "eval_wall_s": t_eval})
             if opts.progress:
-                _print(f"[{NAME}] {model}: L={length:,} success {per_seed.mean():.2f} "
+                print0(f"[{NAME}] {model}: L={length:,} success {per_seed.mean():.2f} "
                        f"+- {per_seed.std():.2f} ({t_eval:.1f} s)")
         results[model] = {"train_wall_s": t_train, "final_loss": float(loss[:, -1].mean()),
                           "data_return": float(np.asarray(metrics["data_return"]).mean()),
@@ -168,7 +167,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     lines.append("eval time per env step (us): " + ", ".join(
         f"{m} " + "/".join(f"{r['lengths'][n]['us_per_step']:.0f}" for n in cfg.eval.lengths)
         for m, r in results.items()))
-    _print("\n".join(lines))
+    print0("\n".join(lines))
     return summary
 
 
@@ -193,12 +192,9 @@ def _plot(cfg: Config, results: dict, path) -> None:
     save_figure(fig, path)
 
 
-def _print(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
-
-
 EXPERIMENT = Experiment(
     name=NAME,
+    config=CONFIGS / f"{NAME}.yaml",
     config_cls=Config,
     run=run,
     description="ELMUR vs a memoryless transformer on T-Maze corridors up to 10^6 steps",

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.grpo_arithmetic import _print
+from experiments import CONFIGS
 from jaxrl_suite.algorithms import iql, oppo, pref_reward
 from jaxrl_suite.algorithms.iql import BCConfig, IQLConfig
 from jaxrl_suite.algorithms.offline_data import (
@@ -54,6 +54,8 @@ from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
+from jaxrl_suite.core.parallel import print0
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import gather_segments, make_preferences, normalized_score
 
@@ -94,11 +96,8 @@ class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
 
     def __post_init__(self):
-        for field, values, valid in (("run.datasets", self.run.datasets, DATASETS),
-                                     ("run.methods", self.run.methods, METHODS)):
-            unknown = sorted(set(values) - set(valid))
-            if unknown:
-                raise ValueError(f"{field}: unknown {unknown}; valid: {list(valid)}")
+        check_variants(self.run.datasets, DATASETS, "run.datasets")
+        check_variants(self.run.methods, METHODS, "run.methods")
         if self.run.zspace_dataset not in DATASETS:
             raise ValueError(f"run.zspace_dataset: unknown '{self.run.zspace_dataset}'; "
                              f"valid: {list(DATASETS)}")
@@ -149,13 +148,18 @@ def _preferences(cfg: Config, datasets: dict) -> dict:
 
 
 # -- methods ---------------------------------------------------------------------------------------
-# method -> train(rng) for one dataset: (config, env, data, prefs) -> train
+def _with_data(made, *data):
+    """(train, agent, train's data argument) of a `make_train` result and its raw data."""
+    return made.train, made.agent, made.agent.prepare(*data)
+
+
+# method -> (config, env, data, prefs) -> (train(rng, batch), agent, batch) for one dataset
 TRAINERS = {
-    "bc": lambda cfg, env, data, prefs: iql.make_train_bc(cfg.bc, env, data),
-    "pref_iql": lambda cfg, env, data, prefs: pref_reward.make_train(cfg.reward, cfg.iql, env,
-                                                                     data, prefs),
-    "oppo": lambda cfg, env, data, prefs: oppo.make_train(cfg.oppo, env, data, prefs),
-    "oracle_iql": lambda cfg, env, data, prefs: iql.make_train(cfg.iql, env, data),
+    "bc": lambda cfg, env, data, prefs: _with_data(iql.make_train_bc(cfg.bc, env), data),
+    "pref_iql": lambda cfg, env, data, prefs: _with_data(
+        pref_reward.make_train(cfg.reward, cfg.iql, env), data, prefs),
+    "oppo": lambda cfg, env, data, prefs: _with_data(oppo.make_train(cfg.oppo, env), data, prefs),
+    "oracle_iql": lambda cfg, env, data, prefs: _with_data(iql.make_train(cfg.iql, env), data),
 }
 
 
@@ -172,16 +176,15 @@ def _diagnostics(method: str, metrics: dict) -> dict:
     return out
 
 
-def _segment_embeddings(train, params, prefs: dict) -> jax.Array:
+def _segment_embeddings(agent, batch, params) -> jax.Array:
     """phi of every labelled segment (both of each pair) under one seed's params: [2P, Z]."""
-    o = train.oppo
-    starts = jnp.asarray(prefs["starts"]).reshape(-1)  # [2P]
-    k = o.config.segment_length
-    return o.embed(params, gather_segments(o.obs, starts, k),
-                   gather_segments(o.action_features, starts, k))
+    starts = batch.starts.reshape(-1)  # [2P]
+    k = agent.config.segment_length
+    return agent.embed(params, gather_segments(batch.obs, starts, k),
+                       gather_segments(batch.action_features, starts, k))
 
 
-def _context_diagnostics(train, state, prefs: dict, key: jax.Array) -> dict:
+def _context_diagnostics(agent, batch, state, prefs: dict, key: jax.Array) -> dict:
     """Where z* lies and what other contexts give, per seed (diagnostics, not methods):
 
     near_phi   the policy conditioned on the labelled segment's phi nearest to z* (z* projected
@@ -190,29 +193,29 @@ def _context_diagnostics(train, state, prefs: dict, key: jax.Array) -> dict:
                oracle choice of context: it reads the true returns)
     gap        ||z* - nearest phi|| against the median nearest-neighbour distance among the phis
     """
-    o = train.oppo
     seg_returns = jnp.asarray(prefs["returns"]).reshape(-1)  # [2P]
 
-    def per_seed(params, z_star, k):
-        phi = _segment_embeddings(train, params, prefs)
+    def per_seed(params, z_star, k, batch):
+        phi = _segment_embeddings(agent, batch, params)
         d_star = jnp.linalg.norm(phi - z_star, axis=-1)
         pair = jnp.linalg.norm(phi[:, None] - phi[None], axis=-1)
         nn = jnp.min(jnp.where(jnp.eye(phi.shape[0], dtype=bool), jnp.inf, pair), axis=1)
         k_near, k_best = jax.random.split(k)
-        return {"near_phi_return": o.evaluate(params, phi[jnp.argmin(d_star)], k_near),
-                "best_phi_return": o.evaluate(params, phi[jnp.argmax(seg_returns)], k_best),
+        return {"near_phi_return": agent.evaluate(params, phi[jnp.argmin(d_star)], k_near),
+                "best_phi_return": agent.evaluate(params, phi[jnp.argmax(seg_returns)], k_best),
                 "z_star_to_nearest_phi": jnp.min(d_star), "phi_nn_median": jnp.median(nn),
                 "z_star_norm": jnp.linalg.norm(z_star)}
 
     keys = jax.random.split(key, state.z_star.shape[0])
-    out = jax.jit(jax.vmap(per_seed))(state.params, state.z_star, keys)
+    out = jax.jit(jax.vmap(per_seed, in_axes=(0, 0, 0, None)))(state.params, state.z_star, keys,
+                                                                batch)
     return {k: np.asarray(v, np.float64).tolist() for k, v in out.items()}
 
 
-def _zspace(train, state, prefs: dict) -> dict:
+def _zspace(agent, batch, state, prefs: dict) -> dict:
     """PCA (2-D) of seed 0's phi over every labelled segment, with z* projected the same way."""
     params = jax.tree.map(lambda x: x[0], state.params)
-    phi = np.asarray(_segment_embeddings(train, params, prefs))  # [2P, Z]
+    phi = np.asarray(_segment_embeddings(agent, batch, params))  # [2P, Z]
     z_star = np.asarray(state.z_star[0])
     mean = phi.mean(axis=0)
     _, s, vt = np.linalg.svd(phi - mean, full_matrices=False)
@@ -229,10 +232,10 @@ def _zspace(train, state, prefs: dict) -> dict:
 def _run_unit(cfg, method, env, data, prefs, info, unit_dir: Path, ckpt_dir: Path,
               want_zspace: bool) -> dict:
     t0 = time.perf_counter()
-    train = TRAINERS[method](cfg, env, data, prefs)
+    train, agent, batch = TRAINERS[method](cfg, env, data, prefs)
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method)),
                             cfg.run.seeds)
-    state, metrics = jax.jit(jax.vmap(train))(keys)
+    state, metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, batch)
     returns = np.asarray(metrics["eval_return"], np.float64)
     scores = np.asarray(normalized_score(returns, info["random_return"], info["expert_return"]))
     result = {"method": method, "returns": returns.tolist(), "scores": scores.tolist(),
@@ -240,14 +243,14 @@ def _run_unit(cfg, method, env, data, prefs, info, unit_dir: Path, ckpt_dir: Pat
               "diagnostics": _diagnostics(method, metrics),
               "wall_time_s": time.perf_counter() - t0}
     if method == "oppo":
-        ctx = _context_diagnostics(train, state, prefs, jax.random.fold_in(keys[0], 7))
+        ctx = _context_diagnostics(agent, batch, state, prefs, jax.random.fold_in(keys[0], 7))
         for name in ("near_phi", "best_phi"):
             ctx[f"{name}_score"] = np.asarray(normalized_score(
                 np.asarray(ctx[f"{name}_return"]), info["random_return"],
                 info["expert_return"])).tolist()
         result["contexts"] = ctx
         if want_zspace:
-            result["zspace"] = _zspace(train, state, prefs)
+            result["zspace"] = _zspace(agent, batch, state, prefs)
     if ckpt_dir.exists() and jax.process_index() == 0:
         shutil.rmtree(ckpt_dir)  # a unit killed after its save, before its result.json
     ckpt = Checkpointer(ckpt_dir, keep=1)
@@ -264,7 +267,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     env = ContextualEnv(cfg.data.ppo.env)
     datasets, info, reused = _load_or_build_data(cfg, opts.out_dir / "data", opts.resume)
     stream = cfg.data.steps_per_env
-    _print(f"[{NAME}] {cfg.data.ppo.env} data {'reloaded' if reused else 'built'}: random "
+    print0(f"[{NAME}] {cfg.data.ppo.env} data {'reloaded' if reused else 'built'}: random "
            f"{info['random_return']:.1f}, expert {info['expert_return']:.1f}; snapshot scores "
            f"{np.round(info['snapshot_scores'], 1).tolist()}")
     prefs = _preferences(cfg, datasets)
@@ -282,12 +285,12 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         unit_dir = opts.out_dir / "runs" / d / m
         if opts.resume and finished(d, m):
             results[d][m] = r = json.loads((unit_dir / "result.json").read_text())
-            _print(f"[{NAME}] {d} / {m}: done before ({_fmt(r)})")
+            print0(f"[{NAME}] {d} / {m}: done before ({_fmt(r)})")
         else:
             results[d][m] = r = _run_unit(cfg, m, env, datasets[d], prefs[d], info, unit_dir,
                                           opts.out_dir / "checkpoints" / d / m,
                                           d == cfg.run.zspace_dataset)
-            _print(f"[{NAME}] {d} / {m}: {_fmt(r)}")
+            print0(f"[{NAME}] {d} / {m}: {_fmt(r)}")
         logger.log({"step": step, "dataset": d, "method": m, "score_mean": r["score_mean"],
                     "score_std": r["score_std"], "wall_time_s": r["wall_time_s"]})
     logger.close()
@@ -322,7 +325,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         z = results.get(cfg.run.zspace_dataset, {}).get("oppo", {}).get("zspace")
         if z is not None:
             _plot_zspace(z, cfg, opts.out_dir / "zspace.png")
-    _print(table)
+    print0(table)
     return summary
 
 
@@ -397,6 +400,7 @@ def _plot_zspace(z: dict, cfg: Config, path: Path) -> None:
 
 EXPERIMENT = Experiment(
     name=NAME,
+    config=CONFIGS / f"{NAME}.yaml",
     config_cls=Config,
     run=run,
     description="OPPO vs preference reward + IQL, BC and oracle IQL on PPO-generated datasets",

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 import time
 
 import numpy as np
 
+from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, median_iqr, plot_iqr_bands, write_json
+from jaxrl_suite.core.parallel import print0
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.curricula import make_curriculum
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
@@ -78,9 +80,7 @@ class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
 
     def __post_init__(self):
-        unknown = set(self.run.curricula) - set(CURRICULA)
-        if unknown:
-            raise ValueError(f"run.curricula: unknown {sorted(unknown)}; valid: {list(CURRICULA)}")
+        check_variants(self.run.curricula, CURRICULA, "run.curricula")
         if len(self.instances.features) != 2:
             raise ValueError("instances.features must name exactly two features")
         if not self.ppo.eval_every:
@@ -140,7 +140,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                     record[k] = float(np.median(v[:, -1]))
             logger.log(record)
             if opts.progress:
-                _print(f"[{NAME}] {name}: {c + 1}/{n}, median mean return over instances "
+                print0(f"[{NAME}] {name}: {c + 1}/{n}, median mean return over instances "
                        f"{record['mean_return_all_instances']:.1f}")
 
         curriculum = build_curriculum(cfg, name, instances)
@@ -192,16 +192,13 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             f"{f['median']:>12.1f} [{f['q25']:.0f}, {f['q75']:.0f}]"
             f"{a['median']:>12.1f} [{a['q25']:.0f}, {a['q75']:.0f}]"
         )
-    _print("\n".join(lines))
+    print0("\n".join(lines))
     return summary
-
-
-def _print(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
 
 
 EXPERIMENT = Experiment(
     name=NAME,
+    config=CONFIGS / f"{NAME}.yaml",
     config_cls=Config,
     run=run,
     description="SPaCE vs round-robin, random and SPDRL curricula on 24 CartPole instances",

@@ -26,7 +26,7 @@ import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError, from_dict, load_config
-from jaxrl_suite.core.experiment import EXPERIMENTS, EvalOptions, RunOptions
+from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
 from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import NonFiniteError
@@ -34,19 +34,13 @@ from jaxrl_suite.core.train import NonFiniteError
 EXIT_USAGE = 2
 
 
-def _load_experiments() -> Path:
-    """Import the `experiments` package (it registers every experiment); returns the configs dir."""
-    import experiments
-
-    return Path(experiments.__file__).resolve().parent.parent / "configs"
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxrl-suite", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an experiment")
     run.add_argument("name", help="experiment name (see `jaxrl-suite list`)")
-    run.add_argument("--config", type=Path, help="YAML config (default: configs/NAME.yaml)")
+    run.add_argument("--config", type=Path,
+                     help="YAML config (default: the one the experiment ships)")
     run.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one config field, e.g. --set grpo.lr=1e-5 (repeatable)",
@@ -69,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8], help="k of pass@k, maj@k")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     ev.add_argument("--examples", type=int, default=64, help="held-out prompts")
+    ev.add_argument("--seed", type=int, help="which seed's run of the study (default: the first)")
     pl = sub.add_parser("plot", help="overlay runs' metrics.jsonl curves (median, IQR over seeds)")
     pl.add_argument(
         "run_dirs", nargs="+", type=str, metavar="RUN_DIR",
@@ -96,11 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace, configs_dir: Path) -> int:
-    exp = EXPERIMENTS.get(args.name)
-    config_path = args.config
-    if config_path is None and (configs_dir / f"{args.name}.yaml").is_file():
-        config_path = configs_dir / f"{args.name}.yaml"
+def _run(args: argparse.Namespace) -> int:
+    exp = load_experiments(args.name).get(args.name)
+    config_path = args.config or exp.default_config()
     cfg = load_config(exp.config_cls, config_path, args.overrides, smoke=args.smoke)
     out_dir = args.out or Path("results") / (args.name + ("-smoke" if args.smoke else ""))
     out_dir = out_dir.absolute()
@@ -128,7 +121,7 @@ def _eval(args: argparse.Namespace) -> int:
     if not config_file.is_file():
         raise CheckpointNotFoundError(f"eval: no config.json in {run_dir} (not a run directory)")
     saved = json.loads(config_file.read_text())
-    exp = EXPERIMENTS.get(saved["experiment"])
+    exp = load_experiments(saved["experiment"]).get(saved["experiment"])
     if exp.evaluate is None:
         raise ConfigError(f"eval: experiment {exp.name!r} has no checkpoint evaluation")
     bad = [k for k in args.ks if not 1 <= k <= args.samples]
@@ -137,7 +130,7 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = from_dict(exp.config_cls, saved["config"])
     options = EvalOptions(run_dir=run_dir, stage=args.stage, samples=args.samples,
                           ks=tuple(args.ks), temperature=args.temperature,
-                          num_examples=args.examples)
+                          num_examples=args.examples, seed=args.seed)
     result = exp.evaluate(cfg, options)
     print(json.dumps(result, indent=2))
     return 0
@@ -212,14 +205,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _plot(args)
         if args.command == "run" and args.distributed:
             init_distributed()  # before any JAX computation, and importing gymnax computes
-        configs_dir = _load_experiments()
         if args.command == "list":
-            for name in EXPERIMENTS.names():
-                print(f"{name:24s} {EXPERIMENTS.get(name).description}")
+            experiments = load_experiments()
+            for name in experiments.names():
+                print(f"{name:24s} {experiments.get(name).description}")
             return 0
         if args.command == "eval":
             return _eval(args)
-        return _run(args, configs_dir)
+        return _run(args)
     except _usage_errors() as e:
         print(f"jaxrl-suite: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -27,9 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOTrainer, SeqBatch
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState, SeqBatch
 from jaxrl_suite.core.parallel import gather_rows, host_local
-from jaxrl_suite.core.train import TrainState
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
 from jaxrl_suite.envs.text import Example, iteration_prompt
 
@@ -56,9 +55,10 @@ class ExItConfig:
 
 
 class ExItTrainState(NamedTuple):
-    """What an ExIt run checkpoints: the GRPO train state and the buffer."""
+    """What an ExIt run checkpoints: the GRPO train state (with its `step` and SIREN anchor)
+    and the buffer."""
 
-    train: TrainState
+    train: GRPOTrainState
     buffer: ExItState
 
     @property
@@ -89,8 +89,9 @@ class ExItTrainer:
         self._learnability = jax.jit(learnability)
         self._bonus = jax.jit(jax.vmap(lambda e, a: diversity_bonus(e, a)[0]))
 
-    def init_state(self, params, rng) -> ExItTrainState:
-        return ExItTrainState(self.grpo.init_state(params, rng), self.buffer.init())
+    def init_state(self, params, rng, *, anchor: float | None = None) -> ExItTrainState:
+        return ExItTrainState(self.grpo.init_state(params, rng, anchor=anchor),
+                              self.buffer.init())
 
     def batch(self, cursor: int) -> list[tuple[int, Example]]:
         b = self.grpo.config.prompts_per_step
@@ -167,13 +168,13 @@ class MultiTurnTrainer:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.grpo, self.turns, self.max_previous_chars = grpo, turns, max_previous_chars
 
-    def init_state(self, params, rng) -> TrainState:
-        return self.grpo.init_state(params, rng)
+    def init_state(self, params, rng, *, anchor: float | None = None) -> GRPOTrainState:
+        return self.grpo.init_state(params, rng, anchor=anchor)
 
     def batch(self, cursor: int) -> list[Example]:
         return self.grpo.batch(cursor)
 
-    def step(self, state: TrainState, examples: Sequence[Example]):
+    def step(self, state: GRPOTrainState, examples: Sequence[Example]):
         grpo, g = self.grpo, self.grpo.config.group_size
         t0 = time.perf_counter()
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)

@@ -11,9 +11,11 @@ decoded text and run on the host between the jitted calls.
 GRPO step (DeepSeekMath, arXiv 2402.03300):
   1. G completions per prompt from the KV-cache sampler, which also returns their log-probs; those
      are the old log-probs of the ratio (nothing is recomputed for them);
-  2. rewards from the task's verifier, then group-normalised advantages;
+  2. rewards from the task's verifier, then advantages (`grpo.advantage`, `losses.ADVANTAGES`);
   3. reference log-probs from the frozen reference params (only when beta > 0);
-  4. mu inner updates of `grpo_loss` against the stored old log-probs.
+  4. mu inner updates of the policy loss (`grpo.policy_loss`, `losses.POLICY_LOSSES`) plus the
+     entropy regulariser (`grpo.entropy_reg`, `losses.REGULARIZERS`) against the stored old
+     log-probs, as one jitted `lax.scan`.
 """
 
 from __future__ import annotations
@@ -25,27 +27,36 @@ import zlib
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, replicate, shard_batch
-from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
+from jaxrl_suite.core.registry import UnknownNameError
+from jaxrl_suite.core.train import (
+    TrainState,
+    init_train_state,
+    keep_finite,
+    make_optimizer,
+    make_train_step,
+)
 from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.envs.text.base import extract_answer
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
-    group_advantages,
-    grpo_loss,
+    ADVANTAGES,
+    POLICY_LOSSES,
+    REGULARIZERS,
     masked_mean,
     token_entropy,
     token_logprobs,
 )
 from jaxrl_suite.losses.sft import sft_loss
-from jaxrl_suite.losses.siren import naive_entropy_bonus, peak_entropy_mask, siren_regularizer
+from jaxrl_suite.losses.siren import peak_entropy_mask, siren_regularizer
 from jaxrl_suite.models import CausalLM
-from jaxrl_suite.sampling import make_generate
+from jaxrl_suite.sampling import KVCacheSampler, Sampler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,18 +85,27 @@ class GRPOConfig:
     lr: float = 1e-4  # AdamW learning rate (constant after warm-up)
     warmup_steps: int = 0  # linear warm-up steps
     max_grad_norm: float = 1.0  # global-norm gradient clipping
-    mu: int = 1  # inner updates per batch, against the stored old log-probs
+    mu: int = 1  # inner updates per batch, against the stored old log-probs (one step each)
+    # Policy loss, by name in losses.POLICY_LOSSES: "grpo" (token ratio), "gspo" (sequence ratio;
+    # its paper uses clip_eps=3e-4, clip_eps_high=4e-4), "cispo" (clipped detached IS weight
+    # times logp; its paper sets no lower clip, e.g. clip_eps=1.0, and loss_type "dapo").
+    policy_loss: str = "grpo"
     clip_eps: float = 0.2  # ratio clip range below 1
     clip_eps_high: float | None = None  # clip range above 1 (DAPO clip-higher); None = clip_eps
     beta: float = 0.0  # weight of the k3 KL to the frozen reference (the SFT model)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"  # token aggregation
-    adv_scale: Literal["group", "batch", "none"] = "group"  # advantage std normalisation
+    # Advantage estimator, by name in losses.ADVANTAGES: "group" (GRPO, scaled by adv_scale),
+    # "rloo" (leave-one-out mean, no std), "reinforce_pp" (batch-normalised rewards),
+    # "reinforce_pp_baseline" (group mean subtracted, then batch-normalised).
+    advantage: str = "group"
+    adv_scale: Literal["group", "batch", "none"] = "group"  # std normalisation of "group"
     adv_eps: float = 1e-4  # added to the std in advantage normalisation
     format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
-    # Entropy regularisation (losses/siren.py): "naive" adds -coef * H (full vocabulary, all
-    # tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the peak-entropy
-    # tokens, with the anchor the initial policy's H_bar unless `siren_anchor` is set.
-    entropy_reg: Literal["none", "naive", "siren"] = "none"
+    # Entropy regulariser, by name in losses.REGULARIZERS: "none"; "naive" adds -coef * H (full
+    # vocabulary, all tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the
+    # peak-entropy tokens. SIREN's anchor lives in the train state: `siren_anchor` if set, else
+    # `GRPOTrainer.init_state(..., anchor=trainer.measure_anchor(state, examples))`.
+    entropy_reg: str = "none"
     entropy_coef: float = 0.0
     siren_top_p: float = 0.9
     siren_quantile: float = 0.8  # regularise the tokens at or above this entropy quantile
@@ -96,6 +116,12 @@ class GRPOConfig:
 
     def __post_init__(self):
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature")
+        for name, registry in (("policy_loss", POLICY_LOSSES), ("advantage", ADVANTAGES),
+                               ("entropy_reg", REGULARIZERS)):
+            try:
+                registry.get(getattr(self, name))
+            except UnknownNameError as e:
+                raise ValueError(f"{name}: {e}") from None
         for name in ("siren_quantile", "high_entropy_quantile"):
             q = getattr(self, name)
             if q is not None and not 0.0 <= q <= 1.0:
@@ -127,7 +153,20 @@ class GRPOBatch(NamedTuple):
     old_logp: jax.Array  # [B*G, N] sampler log-probs
     ref_logp: jax.Array | None  # [B*G, N] reference log-probs (None when beta == 0)
     advantages: jax.Array  # [B*G]
-    anchor: jax.Array  # [] SIREN's target entropy (unused unless entropy_reg == "siren")
+
+
+# An entropy is >= 0, so -1 marks "no anchor" (not NaN: a multi-host `device_put` checks that
+# every process passes the same value, and NaN != NaN).
+UNSET_ANCHOR = -1.0
+
+
+@flax.struct.dataclass
+class GRPOTrainState(TrainState):
+    """The GRPO train state: `TrainState` plus SIREN's anchor, checkpointed with it.
+
+    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`)."""
+
+    anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
 
 
 def _full_sequence(seq: SeqBatch, drop_last: bool):
@@ -158,21 +197,6 @@ def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
 
 
-@functools.cache
-def _greedy_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: int):
-    """One jitted greedy sampler per model and length, shared by the SFT and GRPO evaluations."""
-    return make_generate(model, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                         greedy=True)
-
-
-@functools.cache
-def _temperature_sampler(model: CausalLM, max_new_tokens: int, eos_id: int, pad_id: int,
-                         temperature: float, top_p: float):
-    """One jitted sampler per model, length and sampling setting (sampled evaluation)."""
-    return make_generate(model, max_new_tokens=max_new_tokens, temperature=temperature,
-                         top_p=top_p, eos_id=eos_id, pad_id=pad_id)
-
-
 def _answer_id(text: str) -> int:
     """A stable integer id of a completion's parsed answer (-1: none), for voting across hosts."""
     answer = extract_answer(text)
@@ -180,15 +204,25 @@ def _answer_id(text: str) -> int:
 
 
 class LMTrainer:
-    """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation."""
+    """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation.
+
+    The trainer owns its evaluation samplers (`sampling.Sampler`s): `greedy_sampler` decodes
+    for `evaluate` / `greedy_completions`, and `eval_sampler` draws the samples of
+    `evaluate_sampled`, at the temperature and top_p of each call (traced: no recompile). They
+    default to `KVCacheSampler`s of max_new_tokens tokens (greedy; top_k off); pass another
+    trainer's to share its compiled program.
+    """
 
     def __init__(
         self, model: CausalLM, tokenizer: Tokenizer, task: Task, *, mesh, prompt_len: int,
-        max_new_tokens: int,
+        max_new_tokens: int, greedy_sampler: Sampler | None = None,
+        eval_sampler: Sampler | None = None,
     ):
         self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
-        self._greedy = _greedy_sampler(model, max_new_tokens, tokenizer.eos_id, tokenizer.pad_id)
+        ids = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+        self.greedy_sampler = greedy_sampler or KVCacheSampler(model, greedy=True, **ids)
+        self.eval_sampler = eval_sampler or KVCacheSampler(model, **ids)
 
     def encode_prompts(self, examples: Sequence[Example]):
         return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
@@ -215,7 +249,7 @@ class LMTrainer:
             chunk = list(examples[start : start + batch_size])
             padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
             prompt, prompt_mask = shard_batch(self.encode_prompts(padded[rows]), self.mesh)
-            out = self._greedy(params, prompt, prompt_mask, jax.random.PRNGKey(0))
+            out = self.greedy_sampler(params, prompt, prompt_mask, jax.random.PRNGKey(0))
             tokens = gather_rows(host_local(out.tokens))[: len(chunk)]
             mask = gather_rows(host_local(out.mask))[: len(chunk)]
             texts += self.tokenizer.decode_batch(tokens, mask)
@@ -241,8 +275,7 @@ class LMTrainer:
         bad = [k for k in ks if not 1 <= k <= n]
         if bad:
             raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
-        sampler = _temperature_sampler(self.model, self.max_new_tokens, self.tokenizer.eos_id,
-                                       self.tokenizer.pad_id, float(temperature), float(top_p))
+        sampler = functools.partial(self.eval_sampler, temperature=temperature, top_p=top_p)
         n_dev = self.mesh.devices.size
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
         rows_of = process_rows(batch_size)
@@ -277,9 +310,11 @@ class SFTTrainer(LMTrainer):
     """Teacher forcing on the task's solutions: token-level NLL of `solution + EOS`."""
 
     def __init__(self, model, tokenizer, task, config: SFTConfig, *, mesh, prompt_len,
-                 max_new_tokens):
+                 max_new_tokens, greedy_sampler: Sampler | None = None,
+                 eval_sampler: Sampler | None = None):
         super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
-                         max_new_tokens=max_new_tokens)
+                         max_new_tokens=max_new_tokens, greedy_sampler=greedy_sampler,
+                         eval_sampler=eval_sampler)
         self.config = config
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps,
@@ -308,12 +343,17 @@ class SFTTrainer(LMTrainer):
 
 
 class GRPOTrainer(LMTrainer):
-    """GRPO: sample G completions per prompt, score them, update on group-relative advantages."""
+    """GRPO: sample G completions per prompt, score them, update the configured policy loss on
+    their advantages (`GRPOConfig.policy_loss`, `advantage`, `entropy_reg`)."""
 
     def __init__(self, model, tokenizer, task, config: GRPOConfig, *, mesh, prompt_len,
-                 ref_params=None):
+                 ref_params=None, sampler: Sampler | None = None,
+                 greedy_sampler: Sampler | None = None, eval_sampler: Sampler | None = None):
+        """`sampler` draws the rollouts (default: a `KVCacheSampler` with the config's
+        temperature, top_k and top_p); greedy_sampler / eval_sampler as in `LMTrainer`."""
         super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
-                         max_new_tokens=config.max_new_tokens)
+                         max_new_tokens=config.max_new_tokens, greedy_sampler=greedy_sampler,
+                         eval_sampler=eval_sampler)
         if config.beta > 0 and ref_params is None:
             raise ValueError("grpo.beta > 0 needs reference params (ref_params)")
         self.config = config
@@ -322,7 +362,7 @@ class GRPOTrainer(LMTrainer):
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
         )
         c = config
-        self._sample = make_generate(
+        self.sampler = sampler or KVCacheSampler(
             model, max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
             top_p=c.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
         )
@@ -331,7 +371,12 @@ class GRPOTrainer(LMTrainer):
             logits = completion_logits(model, params, seq) / c.temperature
             return logits, token_logprobs(logits, seq.completion)
 
-        def loss_fn(params, batch: GRPOBatch):
+        policy_loss = POLICY_LOSSES.get(c.policy_loss)
+        regularizer = REGULARIZERS.get(c.entropy_reg)
+        advantage = ADVANTAGES.get(c.advantage)
+
+        def loss_fn(params, inputs: tuple[GRPOBatch, jax.Array]):
+            batch, anchor = inputs  # anchor: [] SIREN's target entropy, from the train state
             logits, logp = logp_fn(params, batch.seq)
             mask = batch.seq.completion_mask
             token_ent = jax.lax.stop_gradient(token_entropy(logits))  # [B*G, N], metrics/mask
@@ -339,40 +384,51 @@ class GRPOTrainer(LMTrainer):
             if c.high_entropy_quantile is not None:
                 entropy_mask = peak_entropy_mask(token_ent, mask,
                                                  quantile=c.high_entropy_quantile)
-            loss, metrics = grpo_loss(
+            loss, metrics = policy_loss(
                 logp, batch.old_logp, batch.ref_logp, batch.advantages,
                 mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
-                loss_type=c.loss_type, entropy_mask=entropy_mask,
+                loss_type=c.loss_type, token_weights=None, entropy_mask=entropy_mask,
             )
             metrics = dict(metrics, entropy=masked_mean(token_ent, mask))
             if entropy_mask is not None:
                 metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)
-            if c.entropy_reg == "naive":
-                reg, _ = naive_entropy_bonus(logits, mask, coef=c.entropy_coef)
-                loss = loss + reg
-                metrics["entropy_reg"] = reg
-            elif c.entropy_reg == "siren":
-                reg, siren_metrics = siren_regularizer(
-                    logits, mask, top_p=c.siren_top_p, quantile=c.siren_quantile,
-                    anchor=batch.anchor, coef=c.entropy_coef)
-                loss = loss + reg
-                metrics.update(entropy_reg=reg, **{k: v for k, v in siren_metrics.items()
-                                                   if k != "entropy"})
-            return loss, metrics
+            reg, reg_metrics = regularizer(logits, mask, coef=c.entropy_coef, top_p=c.siren_top_p,
+                                           quantile=c.siren_quantile, anchor=anchor)
+            return loss + reg, {**metrics, **reg_metrics}
 
-        self._update = jax.jit(make_train_step(loss_fn, self.optimizer))
+        train_step = make_train_step(loss_fn, self.optimizer)
+
+        def update(state: GRPOTrainState, batch: GRPOBatch):
+            """The mu inner steps on one batch as one scan, metrics averaged over them; all or
+            nothing under the non-finite guard, and `step` advances by one."""
+            new, metrics = jax.lax.scan(lambda s, _: train_step(s, (batch, s.anchor)), state,
+                                        None, length=c.mu)  # metrics: [mu] each
+            finite = jnp.all(metrics.pop("finite"))
+            metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+            new = keep_finite(new.replace(step=state.step + 1), state, finite)
+            return new, dict(metrics, finite=finite)
+
+        self._update = jax.jit(update)
         self._ref_logp = jax.jit(lambda p, seq: logp_fn(p, seq)[1])
         self._siren_entropy = jax.jit(lambda p, seq: siren_regularizer(
             logp_fn(p, seq)[0], seq.completion_mask, top_p=c.siren_top_p,
             quantile=c.siren_quantile, anchor=0.0, coef=0.0)[1]["siren_entropy"])
-        self.anchor = c.siren_anchor
         self._advantages = jax.jit(
-            lambda r: group_advantages(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
+            lambda r: advantage(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         )
         self._embed = jax.jit(functools.partial(completion_embeddings, model))
 
-    def init_state(self, params, rng) -> TrainState:
-        return self.place_state(init_train_state(params, self.optimizer, rng))
+    def init_state(self, params, rng, *, anchor: float | None = None) -> GRPOTrainState:
+        """The initial state. `anchor` is SIREN's target entropy (default `grpo.siren_anchor`;
+        e.g. `measure_anchor(state, examples)` of the initial policy); `UNSET_ANCHOR` when neither
+        is set."""
+        anchor = self.config.siren_anchor if anchor is None else anchor
+        base = init_train_state(params, self.optimizer, rng)
+        state = GRPOTrainState(
+            **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+            anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
+        )
+        return self.place_state(state)
 
     def batch(self, cursor: int) -> list[Example]:
         return self.task.examples("train", cursor, self.config.prompts_per_step)
@@ -394,7 +450,7 @@ class GRPOTrainer(LMTrainer):
         prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        out = self._sample(state.params, prompt, prompt_mask, key)
+        out = self.sampler(state.params, prompt, prompt_mask, key)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
@@ -410,38 +466,38 @@ class GRPOTrainer(LMTrainer):
 
     def measure_anchor(self, state: TrainState, examples: Sequence[Example]) -> float:
         """SIREN's anchor: H_bar (top-p entropy of the peak-entropy tokens) of the policy in
-        `state` on one rollout of `examples`. Call it with the initial (SFT) policy; a resumed
-        run recomputes the same value from the same SFT checkpoint."""
+        `state` on one rollout of `examples` (sampled with the state's key). Measure it on the
+        initial (SFT) policy and pass it to `init_state(..., anchor=...)`; the trainer keeps
+        nothing. The anchor is then checkpointed with the state."""
         seq, _, _, _ = self.rollout(state, examples)
-        self.anchor = float(self._siren_entropy(state.params, seq))
-        return self.anchor
+        return float(self._siren_entropy(state.params, seq))
 
-    def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
-        """One GRPO iteration on `examples`: `rollout`, then `update` with group advantages."""
+    def step(self, state: GRPOTrainState,
+             examples: Sequence[Example]) -> tuple[GRPOTrainState, dict]:
+        """One GRPO iteration on `examples`: `rollout`, then `update` with the configured
+        advantages."""
         t0 = time.perf_counter()
         seq, old_logp, rewards, info = self.rollout(state, examples)
         info = dict(info, gen_time=time.perf_counter() - t0)
         return self.update(state, seq, old_logp, rewards, info, t0=t0)
 
-    def update(self, state: TrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
+    def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,
-               t0: float | None = None) -> tuple[TrainState, dict]:
-        """The `mu` policy updates on a rollout (`rollout`'s outputs). `advantages` [B*G]
-        replaces the group-normalised ones (e.g. after ExIt's diversity bonus); `t0` is when the
-        rollout started (for the throughput metrics)."""
-        if self.config.entropy_reg == "siren" and self.anchor is None:
+               t0: float | None = None) -> tuple[GRPOTrainState, dict]:
+        """The `mu` policy updates on a rollout (`rollout`'s outputs), one jitted scan; the
+        metrics are their means (`finite`: all of them). `advantages` [B*G] replaces the
+        configured ones (e.g. after ExIt's diversity bonus); `t0` is when the rollout started
+        (for the throughput metrics)."""
+        if self.config.entropy_reg == "siren" and float(state.anchor) == UNSET_ANCHOR:
             raise ValueError("grpo.entropy_reg='siren' needs an anchor: set grpo.siren_anchor or "
-                             "call GRPOTrainer.measure_anchor with the initial policy first")
+                             "pass GRPOTrainer.init_state(..., anchor=measure_anchor(...))")
         t0 = time.perf_counter() if t0 is None else t0
         if advantages is None:
             advantages = self.group_advantages(rewards)  # [B*G], the same on every process
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
-        anchor = jnp.asarray(0.0 if self.anchor is None else self.anchor, jnp.float32)
-        batch = GRPOBatch(seq, old_logp, ref_logp, advantages, anchor)
-        for _ in range(self.config.mu):
-            state, metrics = self._update(state, batch)
+        state, metrics = self._update(state, GRPOBatch(seq, old_logp, ref_logp, advantages))
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         t_gen = info.get("gen_time", 0.0)
@@ -455,7 +511,7 @@ class GRPOTrainer(LMTrainer):
         return state, metrics
 
     def group_advantages(self, rewards: np.ndarray) -> np.ndarray:
-        """The configured group-relative advantages of rewards [B, G], flattened to [B*G]."""
+        """The configured advantages (`grpo.advantage`) of rewards [B, G], flattened to [B*G]."""
         return np.asarray(self._advantages(rewards))
 
     def completion_embeddings(self, params, seq: SeqBatch) -> jax.Array:

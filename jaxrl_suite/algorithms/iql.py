@@ -13,15 +13,21 @@ policy is a Gaussian with a tanh mean and a state-independent log std (its mean 
 `done` is the dataset's `terminals`; a time-limit cut (`timeouts`) bootstraps through
 `next_observations`.
 
-Rewards: `train(rng, rewards=None)` trains on the dataset's rewards, or on `rewards` [N] given
+Rewards: `train(rng, data, rewards=None)` trains on the dataset's rewards, or on `rewards` [N] given
 (e.g. relabelled by a learned preference reward, `algorithms/pref_reward.py`), which may be
 traced. Either is rescaled by `reward_normalization` first ("minmax": affinely onto [0, 1] over
 the dataset, the same map for true and learned rewards; "none").
 
 BC (`losses/bc.py`) trains the same policy network by maximum likelihood on every action.
 
-Both are `make_train(config, env, data) -> train(rng)`: one jitted `lax.scan` over the steps and
-a final evaluation ("eval_return"), so `jax.vmap(train)(keys)` is a seed sweep.
+Both are `make_train(config, env) -> (train, agent)` with `train(rng, data)`: one jitted `lax.scan`
+over the steps and a final evaluation ("eval_return"). The dataset is an argument, the
+`Transitions` of `agent.prepare(data_dict)`, so `jax.vmap(train, in_axes=(0, None))(keys, data)`
+is a seed sweep and one compilation serves every dataset of the same shape. Every update goes
+through `core.train.apply_gradients`, which refuses an update with a non-finite loss, gradient
+or update (that network's parameters stay as they were; its optimizer state is not rolled back,
+so after a non-finite gradient the run halts at its last finite parameters); the per-step metric
+"nonfinite" counts the refused updates (IQL: up to 3 per step).
 """
 
 from __future__ import annotations
@@ -34,13 +40,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl_suite.algorithms.offline_data import Transitions, transitions
+from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs.contextual import ContextualEnv
-from jaxrl_suite.envs.offline import (
-    action_scale_shift,
-    check_dataset,
-    dataset_actions,
-    evaluate_policy,
-)
+from jaxrl_suite.envs.offline import action_scale_shift, evaluate_policy
 from jaxrl_suite.losses.bc import bc_loss
 from jaxrl_suite.losses.iql import awr_policy_loss, iql_q_loss, iql_value_loss
 from jaxrl_suite.models.offline import OfflinePolicy, TwinQ, ValueNet
@@ -108,16 +111,17 @@ class OfflineState(flax.struct.PyTreeNode):
 
 
 class _OfflineAgent:
-    """The dataset arrays, the policy network and its evaluation, shared by BC and IQL."""
+    """The policy network, its evaluation and the minibatch draw, shared by BC and IQL."""
 
-    def __init__(self, config, env: ContextualEnv, data):
+    def __init__(self, config, env: ContextualEnv):
         self.config, self.env = config, env
-        self.num_rows = check_dataset(data)
-        self.obs = jnp.asarray(data["observations"], jnp.float32)
-        self.actions, _ = dataset_actions(env, data)
         scale, shift = action_scale_shift(env)
         self.policy = OfflinePolicy(action_dim=env.num_actions, discrete=env.discrete,
                                     action_scale=scale, action_shift=shift, hidden=config.hidden)
+
+    def prepare(self, data) -> Transitions:
+        """A D4RL-layout dict as the `Transitions` that `train(rng, data)` takes."""
+        return transitions(self.env, data)
 
     def act(self, pi_params, obs: jax.Array) -> jax.Array:
         """The policy's mean (continuous) or most likely (discrete) action for obs [B, obs_dim]."""
@@ -129,51 +133,45 @@ class _OfflineAgent:
                                   num_episodes=self.config.eval_episodes)
         return returns.mean()
 
-    def _rows(self, key):
-        return jax.random.randint(key, (self.config.batch_size,), 0, self.num_rows)
+    def _rows(self, key, data: Transitions):
+        return jax.random.randint(key, (self.config.batch_size,), 0, data.rewards.shape[0])
 
 
 class BC(_OfflineAgent):
-    """Behaviour cloning of every action in `data`."""
+    """Behaviour cloning of every action of the dataset."""
 
-    def __init__(self, config: BCConfig, env: ContextualEnv, data):
-        super().__init__(config, env, data)
+    def __init__(self, config: BCConfig, env: ContextualEnv):
+        super().__init__(config, env)
         self.optimizer = optax.adam(config.lr)
 
-    def init(self, rng: jax.Array) -> OfflineState:
+    def init(self, rng: jax.Array, data: Transitions) -> OfflineState:
         k_pi, rng = jax.random.split(rng)
-        params = {"pi": self.policy.init(k_pi, self.obs[:1])}
+        params = {"pi": self.policy.init(k_pi, data.obs[:1])}
         return OfflineState(params, (), self.optimizer.init(params), rng,
                             jnp.zeros((), jnp.int32))
 
-    def update(self, state: OfflineState, rewards=None):
+    def update(self, state: OfflineState, data: Transitions, rewards=None):
         del rewards  # BC ignores rewards
         rng, k = jax.random.split(state.rng)
-        idx = self._rows(k)
+        idx = self._rows(k, data)
 
         def loss_fn(params):
-            logp = self.policy.apply(params["pi"], self.obs[idx]).log_prob(self.actions[idx])
+            logp = self.policy.apply(params["pi"], data.obs[idx]).log_prob(data.actions[idx])
             return bc_loss(logp)
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        return (OfflineState(params, (), opt_state, rng, state.step + 1),
-                {"bc_loss": loss, **metrics})
+        state, norms = apply_gradients(state.replace(rng=rng), grads, self.optimizer, loss=loss,
+                                       keep="params")
+        finite = norms.pop("finite")
+        return state, {"bc_loss": loss, **metrics, **norms,
+                       "nonfinite": (~finite).astype(jnp.int32)}
 
 
 class IQL(_OfflineAgent):
-    """Implicit Q-learning on `data` (needs "next_observations", as `envs.offline.collect`
-    writes)."""
+    """Implicit Q-learning (needs "next_observations", as `envs.offline.collect` writes)."""
 
-    def __init__(self, config: IQLConfig, env: ContextualEnv, data):
-        super().__init__(config, env, data)
-        if "next_observations" not in data:
-            raise ValueError("offline dataset is missing field 'next_observations' (IQL needs "
-                             "s'); envs.offline.collect and load_tfds_d4rl write it")
-        self.next_obs = jnp.asarray(data["next_observations"], jnp.float32)
-        self.done = jnp.asarray(data["terminals"], jnp.float32)
-        self.rewards = jnp.asarray(data["rewards"], jnp.float32)
+    def __init__(self, config: IQLConfig, env: ContextualEnv):
+        super().__init__(config, env)
         self.q_net = TwinQ(num_actions=env.num_actions, discrete=env.discrete,
                            hidden=config.hidden)
         self.v_net = ValueNet(hidden=config.hidden)
@@ -181,26 +179,36 @@ class IQL(_OfflineAgent):
         self.optimizers = {"pi": optax.adam(actor_lr), "q": optax.adam(config.lr),
                            "v": optax.adam(config.lr)}
 
-    def init(self, rng: jax.Array) -> OfflineState:
+    def prepare(self, data) -> Transitions:
+        out = super().prepare(data)
+        if out.next_obs is None:
+            raise ValueError("offline dataset is missing field 'next_observations' (IQL needs "
+                             "s'); envs.offline.collect and load_tfds_d4rl write it")
+        return out
+
+    def init(self, rng: jax.Array, data: Transitions) -> OfflineState:
         k_pi, k_q, k_v, rng = jax.random.split(rng, 4)
-        obs, act = self.obs[:1], self.actions[:1]
+        obs, act = data.obs[:1], data.actions[:1]
         params = {"pi": self.policy.init(k_pi, obs), "q": self.q_net.init(k_q, obs, act),
                   "v": self.v_net.init(k_v, obs)}
         opt_state = {k: self.optimizers[k].init(params[k]) for k in params}
         return OfflineState(params, params["q"], opt_state, rng, jnp.zeros((), jnp.int32))
 
-    def _step(self, name, loss_fn, params, opt_state):
+    def _step(self, name, loss_fn, params, opt_state, step):
+        """`apply_gradients` to `params[name]` alone: the new dicts, the loss, its aux outputs
+        (with the gradient norm) and whether the update was applied."""
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params[name])
-        updates, new_opt = self.optimizers[name].update(grads, opt_state[name], params[name])
-        return ({**params, name: optax.apply_updates(params[name], updates)},
-                {**opt_state, name: new_opt}, loss, aux)
+        part, norms = apply_gradients(ParamState(step, params[name], opt_state[name]), grads,
+                                      self.optimizers[name], loss=loss, keep="params")
+        return ({**params, name: part.params}, {**opt_state, name: part.opt_state}, loss,
+                {**aux, f"{name}_grad_norm": norms["grad_norm"]}, norms["finite"])
 
-    def update(self, state: OfflineState, rewards: jax.Array):
-        """One IQL step on rewards [N] (already normalised)."""
+    def update(self, state: OfflineState, data: Transitions, rewards: jax.Array):
+        """One IQL step (V, Q, pi updates and the target) on rewards [N], already normalised."""
         c = self.config
         rng, k = jax.random.split(state.rng)
-        idx = self._rows(k)
-        obs, act, next_obs = self.obs[idx], self.actions[idx], self.next_obs[idx]
+        idx = self._rows(k, data)
+        obs, act, next_obs = data.obs[idx], data.actions[idx], data.next_obs[idx]
         q_hat = jnp.minimum(*self.q_net.apply(state.target_q, obs, act))  # [B]
         params, opt_state = state.params, state.opt_state
 
@@ -208,60 +216,65 @@ class IQL(_OfflineAgent):
             v = self.v_net.apply(p, obs)
             return iql_value_loss(q_hat, v, c.expectile), {"v_mean": v.mean()}
 
-        params, opt_state, lv, v_aux = self._step("v", v_loss, params, opt_state)
+        params, opt_state, lv, v_aux, v_ok = self._step("v", v_loss, params, opt_state,
+                                                        state.step)
         next_v = self.v_net.apply(params["v"], next_obs)
 
         def q_loss(p):
             q1, q2 = self.q_net.apply(p, obs, act)
-            loss = sum(iql_q_loss(q, rewards[idx], self.done[idx], next_v, c.gamma)
+            loss = sum(iql_q_loss(q, rewards[idx], data.done[idx], next_v, c.gamma)
                        for q in (q1, q2))
             return loss, {"q_mean": q1.mean()}
 
-        params, opt_state, lq, q_aux = self._step("q", q_loss, params, opt_state)
+        params, opt_state, lq, q_aux, q_ok = self._step("q", q_loss, params, opt_state,
+                                                        state.step)
         v = self.v_net.apply(params["v"], obs)
 
         def pi_loss(p):
             logp = self.policy.apply(p, obs).log_prob(act)
             return awr_policy_loss(logp, q_hat, v, c.beta, c.max_weight)
 
-        params, opt_state, lp, pi_aux = self._step("pi", pi_loss, params, opt_state)
+        params, opt_state, lp, pi_aux, pi_ok = self._step("pi", pi_loss, params, opt_state,
+                                                          state.step)
         target_q = optax.incremental_update(params["q"], state.target_q, c.polyak)
-        metrics = {"v_loss": lv, "q_loss": lq, "pi_loss": lp, **v_aux, **q_aux, **pi_aux}
+        refused = sum((~ok).astype(jnp.int32) for ok in (v_ok, q_ok, pi_ok))
+        metrics = {"v_loss": lv, "q_loss": lq, "pi_loss": lp, **v_aux, **q_aux, **pi_aux,
+                   "nonfinite": refused}
         return OfflineState(params, target_q, opt_state, rng, state.step + 1), metrics
 
 
-def _make_train(agent, steps: int, rewards_of):
-    def train(rng: jax.Array, rewards: jax.Array | None = None):
+def _make_train(agent, steps: int, rewards_of) -> TrainAndAgent:
+    def train(rng: jax.Array, data: Transitions, rewards: jax.Array | None = None):
         k_init, k_eval = jax.random.split(rng)
-        r = rewards_of(rewards)
-        state = agent.init(k_init)
-        state, metrics = jax.lax.scan(lambda s, _: agent.update(s, r), state, None, steps)
+        r = rewards_of(data, rewards)
+        state = agent.init(k_init, data)
+        state, metrics = jax.lax.scan(lambda s, _: agent.update(s, data, r), state, None, steps)
         metrics["eval_return"] = agent.evaluate(state.params, k_eval)
         return state, metrics
 
-    train.agent = agent
-    return train
+    return TrainAndAgent(train, agent)
 
 
-def make_train(config: IQLConfig, env: ContextualEnv, data):
-    """IQL: `train(rng, rewards=None) -> (OfflineState, metrics)`; metrics stacked over steps,
-    plus "eval_return". `rewards` [N] replaces the dataset's rewards (before normalisation)."""
-    iql = IQL(config, env, data)
+def make_train(config: IQLConfig, env: ContextualEnv) -> TrainAndAgent:
+    """IQL: `(train, iql)` with `train(rng, data, rewards=None) -> (OfflineState, metrics)`;
+    `data` is `iql.prepare(dataset)`, metrics are stacked over steps, plus "eval_return".
+    `rewards` [N] replaces the dataset's rewards (before normalisation)."""
+    agent = IQL(config, env)
 
-    def rewards_of(rewards):
-        r = iql.rewards if rewards is None else jnp.asarray(rewards, jnp.float32)
-        if r.shape != iql.rewards.shape:
-            raise ValueError(f"rewards must have shape {iql.rewards.shape} (one per dataset row), "
-                             f"got {r.shape}")
+    def rewards_of(data: Transitions, rewards):
+        r = data.rewards if rewards is None else jnp.asarray(rewards, jnp.float32)
+        if r.shape != data.rewards.shape:
+            raise ValueError(f"rewards must have shape {data.rewards.shape} (one per dataset "
+                             f"row), got {r.shape}")
         return normalize_rewards(r, config.reward_normalization)
 
-    return _make_train(iql, config.steps, rewards_of)
+    return _make_train(agent, config.steps, rewards_of)
 
 
-def make_train_bc(config: BCConfig, env: ContextualEnv, data):
-    """BC: `train(rng) -> (OfflineState, metrics)`, metrics stacked over steps plus
-    "eval_return"."""
-    return _make_train(BC(config, env, data), config.steps, lambda rewards: None)
+def make_train_bc(config: BCConfig, env: ContextualEnv) -> TrainAndAgent:
+    """BC: `(train, bc)` with `train(rng, data) -> (OfflineState, metrics)`; `data` is
+    `bc.prepare(dataset)`, metrics are stacked over steps, plus "eval_return"."""
+    return _make_train(BC(config, env), config.steps, lambda data, rewards: None)
 
 
 __all__ = [

@@ -12,17 +12,34 @@ with `envs.offline.collect` (sampled actions, replaced by random ones with proba
     medium-replay  every snapshot from the initial policy up to medium, one after another
                    (a stand-in for the replay buffer of training up to the medium policy)
     medium-expert  medium then expert
+
+The offline trainers (`algorithms.iql`, `algorithms.oppo`, `algorithms.pref_reward`) read a
+dataset as the device pytrees `Transitions` (`transitions(env, data)`) and `PreferenceData`
+(`preference_data(env, data, prefs, segment_length)`), which they take as an argument
+(`train(rng, data)`), so that one compiled program serves every dataset of the same shape.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
+import flax.struct
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.ppo import PPO, PPOConfig
-from jaxrl_suite.envs.offline import collect, concat, episode_ids, normalized_score
+from jaxrl_suite.envs.offline import (
+    check_dataset,
+    check_preferences,
+    collect,
+    concat,
+    dataset_actions,
+    episode_ids,
+    normalized_score,
+)
 
 DATASETS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 
@@ -45,6 +62,52 @@ class OfflineDataConfig:
         for name in ("num_envs", "steps_per_env"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class Transitions(flax.struct.PyTreeNode):
+    """One row per transition of a D4RL-layout dataset, as the offline trainers read it."""
+
+    obs: jax.Array  # [N, obs_dim] float32
+    actions: jax.Array  # [N] int32 (discrete) or [N, A] float32
+    rewards: jax.Array  # [N] float32, the dataset's (true) rewards
+    done: jax.Array  # [N] float32, the dataset's `terminals`
+    next_obs: jax.Array | None  # [N, obs_dim] float32; None if the dataset has none
+
+
+class PreferenceData(flax.struct.PyTreeNode):
+    """A dataset's rows and the labelled segment pairs of `envs.offline.make_preferences`."""
+
+    obs: jax.Array  # [N, obs_dim] float32
+    actions: jax.Array  # [N] int32 or [N, A] float32
+    action_features: jax.Array  # [N, num_actions] one-hot (discrete) or the actions
+    starts: jax.Array  # [P, 2] int32 first rows of the two segments of each pair
+    label: jax.Array  # [P] float32: 1 if the first segment is preferred, 0.5 a tie
+
+
+def transitions(env, data: Mapping[str, Any]) -> Transitions:
+    """`data` (D4RL layout, validated by `check_dataset`) as `Transitions` for `env`'s actions.
+
+    Only shapes are checked, so it also runs on traced arrays."""
+    check_dataset(data)
+    actions, _ = dataset_actions(env, data)
+    next_obs = data.get("next_observations")
+    return Transitions(
+        obs=jnp.asarray(data["observations"], jnp.float32), actions=actions,
+        rewards=jnp.asarray(data["rewards"], jnp.float32),
+        done=jnp.asarray(data["terminals"], jnp.float32),
+        next_obs=None if next_obs is None else jnp.asarray(next_obs, jnp.float32),
+    )
+
+
+def preference_data(env, data: Mapping[str, Any], prefs: Mapping[str, Any],
+                    segment_length: int) -> PreferenceData:
+    """`data` and `prefs` as `PreferenceData`; checks (eagerly, on concrete arrays) that every
+    segment of `segment_length` rows lies inside the dataset (ValueError naming the field)."""
+    check_dataset(data)
+    starts, label = check_preferences(prefs, data, segment_length)
+    actions, features = dataset_actions(env, data)
+    return PreferenceData(obs=jnp.asarray(data["observations"], jnp.float32), actions=actions,
+                          action_features=features, starts=starts, label=label)
 
 
 def pick_expert_and_medium(scores, target: float) -> tuple[int, int]:
@@ -143,9 +206,13 @@ def dataset_scores(data, info, stream_length: int) -> np.ndarray:
 __all__ = [
     "DATASETS",
     "OfflineDataConfig",
+    "PreferenceData",
+    "Transitions",
     "build_datasets",
     "complete_episode_returns",
     "dataset_scores",
     "pick_expert_and_medium",
+    "preference_data",
     "train_snapshots",
+    "transitions",
 ]

@@ -9,8 +9,14 @@ context z* (losses in `losses/oppo.py`). Each training step:
      (||phi|| - 1)^2  with z* fixed;
   3. updates z* alone on the triplet loss, with phi recomputed by the updated encoder.
 
-At test time the policy acts with z*. `make_train(config, data, prefs) -> train(rng)` is one jitted
-program (a `lax.scan` over steps), so `jax.vmap(train)(keys)` trains several seeds at once.
+At test time the policy acts with z*. `make_train(config, env) -> (train, oppo)`, and
+`train(rng, data)` is one jitted program (a `lax.scan` over steps) on `data =
+oppo.prepare(dataset, prefs)` (`PreferenceData`), an argument, so `jax.vmap(train, in_axes=(0,
+None))(keys, data)` trains several seeds at once and one compilation serves every dataset of the
+same shape. Both updates go through `core.train.apply_gradients`, which refuses a non-finite
+one (those parameters stay as they were; the optimizer state is not rolled back, so after a
+non-finite gradient the run halts at its last finite parameters); the per-step metric
+"nonfinite" counts the refused updates (up to 2 per step).
 """
 
 from __future__ import annotations
@@ -23,15 +29,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl_suite.algorithms.offline_data import PreferenceData, preference_data
+from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs.contextual import ContextualEnv
-from jaxrl_suite.envs.offline import (
-    action_scale_shift,
-    check_dataset,
-    check_preferences,
-    dataset_actions,
-    evaluate_policy,
-    gather_segments,
-)
+from jaxrl_suite.envs.offline import action_scale_shift, evaluate_policy, gather_segments
 from jaxrl_suite.losses.common import masked_mean
 from jaxrl_suite.losses.oppo import action_mse, oppo_loss, oppo_preference_loss, phi_norm_loss
 from jaxrl_suite.models.oppo import ContextPolicy, SegmentEncoder
@@ -68,14 +69,10 @@ class OPPOState(flax.struct.PyTreeNode):
 
 
 class OPPO:
-    """The pieces of one OPPO run on `data` (D4RL layout) and `prefs` (`make_preferences`)."""
+    """The pieces of one OPPO run; the data (`prepare`) are an argument of `init` and `update`."""
 
-    def __init__(self, config: OPPOConfig, env: ContextualEnv, data, prefs):
+    def __init__(self, config: OPPOConfig, env: ContextualEnv):
         self.config, self.env = config, env
-        check_dataset(data)
-        self.starts, self.label = check_preferences(prefs, data, config.segment_length)
-        self.obs = jnp.asarray(data["observations"], jnp.float32)
-        self.actions, self.action_features = dataset_actions(env, data)
         self.encoder = SegmentEncoder(z_dim=config.z_dim, hidden=config.hidden)
         scale, shift = action_scale_shift(env)
         self.policy = ContextPolicy(action_dim=env.num_actions, discrete=env.discrete,
@@ -84,6 +81,11 @@ class OPPO:
         self.optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
                                      optax.adam(config.lr))
         self.z_optimizer = optax.adam(config.z_lr)
+
+    def prepare(self, data, prefs) -> PreferenceData:
+        """A D4RL-layout dataset and its `make_preferences` pairs as the `PreferenceData` that
+        `train(rng, data)` takes (checked against `config.segment_length`)."""
+        return preference_data(self.env, data, prefs, self.config.segment_length)
 
     # -- networks -------------------------------------------------------------------------------
     def embed(self, params, obs, action_features):
@@ -107,11 +109,11 @@ class OPPO:
         return action_mse(out, actions, mask)
 
     # -- training -------------------------------------------------------------------------------
-    def init(self, rng: jax.Array) -> OPPOState:
+    def init(self, rng: jax.Array, data: PreferenceData) -> OPPOState:
         c = self.config
         k_enc, k_pol, k_z, rng = jax.random.split(rng, 4)
-        obs = self.obs[: c.segment_length]
-        feats = self.action_features[: c.segment_length]
+        obs = data.obs[: c.segment_length]
+        feats = data.action_features[: c.segment_length]
         params = {
             "encoder": self.encoder.init(k_enc, obs, feats, jnp.ones(c.segment_length)),
             "policy": self.policy.init(k_pol, obs[:1], jnp.zeros((1, c.z_dim))),
@@ -120,19 +122,20 @@ class OPPO:
         return OPPOState(params, z_star, self.optimizer.init(params),
                          self.z_optimizer.init(z_star), rng, jnp.zeros((), jnp.int32))
 
-    def _batch(self, key):
+    def _batch(self, key, data: PreferenceData):
         c = self.config
-        idx = jax.random.randint(key, (c.batch_pairs,), 0, self.starts.shape[0])
-        starts = self.starts[idx]  # [B, 2]
-        return (gather_segments(self.obs, starts, c.segment_length),  # [B, 2, K, obs]
-                gather_segments(self.action_features, starts, c.segment_length),
-                gather_segments(self.actions, starts, c.segment_length),
-                self.label[idx])
+        idx = jax.random.randint(key, (c.batch_pairs,), 0, data.starts.shape[0])
+        starts = data.starts[idx]  # [B, 2]
+        return (gather_segments(data.obs, starts, c.segment_length),  # [B, 2, K, obs]
+                gather_segments(data.action_features, starts, c.segment_length),
+                gather_segments(data.actions, starts, c.segment_length),
+                data.label[idx])
 
-    def update(self, state: OPPOState) -> tuple[OPPOState, dict[str, jax.Array]]:
+    def update(self, state: OPPOState,
+               data: PreferenceData) -> tuple[OPPOState, dict[str, jax.Array]]:
         c = self.config
         rng, k_batch = jax.random.split(state.rng)
-        obs, feats, actions, label = self._batch(k_batch)
+        obs, feats, actions, label = self._batch(k_batch, data)
         z_star = jax.lax.stop_gradient(state.z_star)
 
         def loss_fn(params):
@@ -144,18 +147,21 @@ class OPPO:
                               lambda_norm=c.lambda_norm)
             return total, {"loss": total, "recon": recon, "pref": pref, "phi_norm": norm, **pm}
 
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        nets, norms = apply_gradients(ParamState(state.step, state.params, state.opt_state),
+                                      grads, self.optimizer, loss=loss, keep="params")
 
-        phi = jax.lax.stop_gradient(self.embed(params, obs, feats))
+        phi = jax.lax.stop_gradient(self.embed(nets.params, obs, feats))
         z_loss = lambda z: oppo_preference_loss(z, phi[:, 0], phi[:, 1], label,
                                                 margin=c.margin)[0]
         z_value, z_grad = jax.value_and_grad(z_loss)(state.z_star)
-        z_updates, z_opt_state = self.z_optimizer.update(z_grad, state.z_opt_state)
-        z_star = optax.apply_updates(state.z_star, z_updates)
-        metrics = dict(metrics, z_loss=z_value, z_norm=jnp.linalg.norm(z_star))
-        return OPPOState(params, z_star, opt_state, z_opt_state, rng, state.step + 1), metrics
+        z, z_norms = apply_gradients(ParamState(state.step, state.z_star, state.z_opt_state),
+                                     z_grad, self.z_optimizer, loss=z_value, keep="params")
+        refused = (~norms.pop("finite")).astype(jnp.int32) + (~z_norms["finite"]).astype(jnp.int32)
+        metrics = dict(metrics, **norms, z_loss=z_value, z_norm=jnp.linalg.norm(z.params),
+                       z_grad_norm=z_norms["grad_norm"], nonfinite=refused)
+        return (OPPOState(nets.params, z.params, nets.opt_state, z.opt_state, rng, state.step + 1),
+                metrics)
 
     def evaluate(self, params, z, key: jax.Array) -> jax.Array:
         """Mean return of `eval_episodes` episodes of the policy conditioned on z."""
@@ -164,20 +170,21 @@ class OPPO:
         return returns.mean()
 
 
-def make_train(config: OPPOConfig, env: ContextualEnv, data, prefs):
-    """`train(rng) -> (OPPOState, metrics)`: `config.steps` updates in one `lax.scan` (metrics
-    stacked over steps) and a final evaluation ("eval_return", the mean return under z*)."""
-    oppo = OPPO(config, env, data, prefs)
+def make_train(config: OPPOConfig, env: ContextualEnv) -> TrainAndAgent:
+    """`(train, oppo)`: `train(rng, data) -> (OPPOState, metrics)` runs `config.steps` updates
+    on `data = oppo.prepare(dataset, prefs)` in one `lax.scan` (metrics stacked over steps) and
+    a final evaluation ("eval_return", the mean return under z*)."""
+    oppo = OPPO(config, env)
 
-    def train(rng: jax.Array):
+    def train(rng: jax.Array, data: PreferenceData):
         k_init, k_eval = jax.random.split(rng)
-        state = oppo.init(k_init)
-        state, metrics = jax.lax.scan(lambda s, _: oppo.update(s), state, None, config.steps)
+        state = oppo.init(k_init, data)
+        state, metrics = jax.lax.scan(lambda s, _: oppo.update(s, data), state, None,
+                                      config.steps)
         metrics["eval_return"] = oppo.evaluate(state.params, state.z_star, k_eval)
         return state, metrics
 
-    train.oppo = oppo
-    return train
+    return TrainAndAgent(train, oppo)
 
 
 __all__ = ["OPPO", "OPPOConfig", "OPPOState", "make_train"]

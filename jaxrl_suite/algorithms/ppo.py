@@ -1,12 +1,13 @@
 """PPO for (contextual) gymnax environments, jitted end to end in the PureJaxRL style.
 
-    train = make_train(PPOConfig(env="CartPole-v1"))
+    train, ppo = make_train(PPOConfig(env="CartPole-v1"))           # ppo: the `PPO` agent
     runner, metrics = jax.jit(train)(jax.random.key(0))              # one seed
     runner, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 8))   # a seed sweep
 
 One training iteration (`PPO.update`) is: draw the rollout batch's contexts from the curriculum ->
 `lax.scan` over `num_steps` vmapped environment steps -> GAE (`losses.ppo.gae`) -> `lax.scan`
-over `update_epochs` x `num_minibatches` clipped-surrogate steps (`losses.ppo.ppo_loss`) ->
+over `update_epochs` x `num_minibatches` clipped-surrogate steps (`losses.ppo.ppo_loss`, each
+applied by `core.train.apply_gradients`, which refuses a non-finite update: see there) ->
 curriculum update with the critic's V(s0 | c). `train(rng)` is `init` followed by a `lax.scan`
 over all iterations, so the whole run is one XLA program and `jax.vmap(train)` runs seeds side
 by side. `sweep` vmaps over seeds and a grid of float hyperparameters in one program, and can
@@ -37,6 +38,7 @@ import numpy as np
 import optax
 
 from jaxrl_suite.core.parallel import place_seeds
+from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs import contextual
 from jaxrl_suite.envs.offline import evaluate_policy
 from jaxrl_suite.losses.ppo import gae, ppo_loss
@@ -122,7 +124,7 @@ class RunnerState:
     episode_return: jax.Array  # [num_envs] return so far of each running episode
     curriculum: Any  # curriculum state (() without a curriculum)
     rng: jax.Array
-    iteration: jax.Array  # int32 training iterations done
+    step: jax.Array  # int32 training iterations done
 
 
 class Transition(flax.struct.PyTreeNode):
@@ -276,7 +278,7 @@ class PPO:
             episode_return=jnp.zeros((cfg.num_envs,), jnp.float32),
             curriculum=cstate,
             rng=rng,
-            iteration=jnp.zeros((), jnp.int32),
+            step=jnp.zeros((), jnp.int32),
         )
 
     def value_fn(self, params, key) -> Callable[[jax.Array], jax.Array]:
@@ -344,12 +346,10 @@ class PPO:
                 clip_value=cfg.clip_value, normalize_advantages=cfg.normalize_advantages,
             )
 
-        def minibatch_step(carry, mb):
-            params, opt_state = carry
-            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            metrics["grad_norm"] = optax.tree.norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), metrics
+        def minibatch_step(opt, mb):
+            (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(opt.params, mb)
+            opt, update_metrics = apply_gradients(opt, grads, tx, loss=loss, keep="params")
+            return opt, {**metrics, **update_metrics}
 
         def epoch(carry, key):
             perm = jax.random.permutation(key, batch_size)
@@ -358,27 +358,29 @@ class PPO:
             )
             return jax.lax.scan(minibatch_step, carry, minibatches)
 
-        (params, opt_state), loss_metrics = jax.lax.scan(
-            epoch, (runner.params, runner.opt_state), jax.random.split(k_epochs, cfg.update_epochs)
-        )
+        opt = ParamState(jnp.zeros((), jnp.int32), runner.params, runner.opt_state)
+        opt, loss_metrics = jax.lax.scan(epoch, opt, jax.random.split(k_epochs, cfg.update_epochs))
+        params, opt_state = opt.params, opt.opt_state
 
         cstate = runner.curriculum
         if self.curriculum is not None:
             cstate = self.curriculum.update(cstate, k_cur, self.value_fn(params, k_val))
 
         n_done = traj.done.sum()
+        finite = loss_metrics.pop("finite")
         metrics = {k: v.mean() for k, v in loss_metrics.items()}
+        metrics["nonfinite"] = (~finite).sum()  # minibatch updates skipped (core.train)
         metrics["episode_return"] = jnp.where(
             n_done > 0, traj.finished_return.sum() / jnp.maximum(n_done, 1), jnp.nan
         )
         metrics["episodes"] = n_done
-        metrics["env_steps"] = (runner.iteration + 1) * batch_size
+        metrics["env_steps"] = (runner.step + 1) * batch_size
         if self.curriculum is not None:
             extra = self.curriculum.metrics(cstate)
             metrics.update({f"curriculum/{k}": v for k, v in extra.items()})
         runner = RunnerState(
             params=params, opt_state=opt_state, env_state=env_state, obs=obs,
-            episode_return=ep_ret, curriculum=cstate, rng=rng, iteration=runner.iteration + 1,
+            episode_return=ep_ret, curriculum=cstate, rng=rng, step=runner.step + 1,
         )
         return runner, metrics
 
@@ -414,10 +416,12 @@ class PPO:
         return total.reshape(m, e).mean(axis=1)
 
 
-def make_train(config: PPOConfig, curriculum=None, eval_contexts=None):
-    """`train(rng, hparams=None) -> (RunnerState, metrics)`, pure and jit/vmap-able.
+def make_train(config: PPOConfig, curriculum=None, eval_contexts=None) -> TrainAndAgent:
+    """`(train, ppo)`: `train(rng, hparams=None) -> (RunnerState, metrics)`, pure and
+    jit/vmap-able, and the `PPO` object it runs (networks, `evaluate`, `params_for` ...).
 
-    metrics: a dict of [num_updates] arrays (episode_return, losses, approx_kl, curriculum/...),
+    metrics: a dict of [num_updates] arrays (episode_return, losses, approx_kl, the update norms,
+    "nonfinite": minibatch updates skipped as non-finite, curriculum/...),
     and with `config.eval_every`, "eval_returns" [num_updates // eval_every, M] measured after
     every `eval_every` iterations. `hparams` overrides the float hyperparameters in `HPARAMS` with
     (possibly traced) values.
@@ -442,8 +446,7 @@ def make_train(config: PPOConfig, curriculum=None, eval_contexts=None):
         metrics["eval_returns"] = evals
         return runner, metrics
 
-    train.ppo = ppo
-    return train
+    return TrainAndAgent(train, ppo)
 
 
 def seed_keys(seeds: int | Sequence[int]) -> jax.Array:
@@ -550,7 +553,7 @@ def run_seeds(config: PPOConfig, seeds, *, curriculum=None, eval_contexts=None, 
 
     With `mesh` (a `core.parallel.make_mesh()`), the seed axis is split over its devices.
     """
-    train = make_train(config, curriculum, eval_contexts)
+    train, _ = make_train(config, curriculum, eval_contexts)
     _, metrics = jax.jit(jax.vmap(train))(place_seeds(seed_keys(seeds), mesh))
     return metrics
 
@@ -579,7 +582,7 @@ def sweep(
     points = [dict(zip(names, map(float, values), strict=True))
               for values in itertools.product(*(grid[n] for n in names))]
     hp = {n: jnp.asarray([p[n] for p in points], jnp.float32) for n in names}
-    train = make_train(config, curriculum, eval_contexts)
+    train, _ = make_train(config, curriculum, eval_contexts)
     over_seeds = jax.vmap(lambda key, h: train(key, h)[1], in_axes=(0, None))
     over_grid = jax.vmap(over_seeds, in_axes=(None, 0))
     metrics = jax.jit(over_grid)(place_seeds(seed_keys(seeds), mesh), hp)

@@ -20,10 +20,14 @@ action in the one token so that the same code is return-conditioned on every tas
 
 The data are collected inside `train` from a scripted behaviour policy, made noisy per episode
 (with probability eps ~ U[0, eps_max] each action is uniform) so that the dataset holds returns of
-several qualities for the conditioning to separate. `make_train(config, task) -> train(rng)` runs
-data collection, all updates and nothing else in one XLA program, so `jax.vmap(train)(keys)` is a
-seed sweep. `evaluate` acts online, step by step, with O(1) work per step (`SeqPolicy.step`; for
-ELMUR `models.elmur.inference_step`), so a 10^6-step episode runs in constant memory.
+several qualities for the conditioning to separate. `make_train(config, policy_config, task) ->
+(train, policy)`: `train(rng)` runs data collection, all updates and nothing else in one XLA
+program, so `jax.vmap(train)(keys)` is a seed sweep. (The dataset is a function of the seed, made
+inside `train`, so no dataset is closed over.) Each update goes through
+`core.train.apply_gradients`, which refuses a non-finite one (the run then halts at its last
+finite parameters); "nonfinite" counts them. `evaluate` acts online, step by step, with O(1)
+work per step (`SeqPolicy.step`; for ELMUR `models.elmur.inference_step`), so a 10^6-step
+episode runs in constant memory.
 
 Architectures (`PolicyConfig.arch`):
 - ``elmur``: `models.elmur.ELMUR`, trained over whole trajectories with `scan_segments`.
@@ -45,6 +49,7 @@ import optax
 
 from jaxrl_suite.algorithms.ppo import seed_keys
 from jaxrl_suite.core.parallel import place_seeds
+from jaxrl_suite.core.train import TrainAndAgent, apply_gradients, init_param_state
 from jaxrl_suite.envs import tmaze
 from jaxrl_suite.envs.popgym import make_popgym
 from jaxrl_suite.models.actor_critic import orthogonal
@@ -247,12 +252,13 @@ def dataset_tokens(data: dict, num_actions: int, return_scale: float) -> jax.Arr
 # -- training ------------------------------------------------------------------------------------
 
 
-def make_train(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask):
-    """`train(rng) -> (params, metrics)`: collect the dataset, then `num_updates` Adam steps on
-    random minibatches of whole trajectories; one XLA program, vmappable over `rng`.
+def make_train(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask) -> TrainAndAgent:
+    """`(train, policy)`: `train(rng) -> (params, metrics)` collects the dataset, then runs
+    `num_updates` Adam steps on random minibatches of whole trajectories; one XLA program,
+    vmappable over `rng`. `policy` is the `SeqPolicy` the params are for.
 
     metrics: loss and accuracy averaged over blocks of `log_every` updates ([num_updates //
-    log_every]) and the dataset's mean return."""
+    log_every]), "nonfinite" (updates skipped per block) and the dataset's mean return."""
     policy = SeqPolicy(policy_cfg, token_dim(task), task.num_actions)
     if task.horizon % policy.segment_len:
         raise ValueError(
@@ -274,27 +280,25 @@ def make_train(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask):
         k_data, k_init, k_train = jax.random.split(rng, 3)
         data = collect(task, k_data, config.num_episodes, config.eps_max)
         tokens = dataset_tokens(data, task.num_actions, config.return_scale)
-        params = policy.init(k_init)
-        opt_state = opt.init(params)
+        state = init_param_state(policy.init(k_init), opt)
 
-        def update(carry, k):
-            params, opt_state = carry
+        def update(state, k):
             k_idx, k_mem = jax.random.split(k)
             idx = jax.random.randint(k_idx, (config.batch_size,), 0, config.num_episodes)
             (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                params, tokens[idx], data["action"][idx], data["mask"][idx], k_mem
+                state.params, tokens[idx], data["action"][idx], data["mask"][idx], k_mem
             )
-            upd, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, upd), opt_state), (loss, acc)
+            state, norms = apply_gradients(state, grads, opt, loss=loss, keep="params")
+            return state, (loss, acc, ~norms["finite"])
 
         keys = jax.random.split(k_train, config.num_updates)
-        (params, _), (loss, acc) = jax.lax.scan(update, (params, opt_state), keys)
-        blocks = lambda v: v.reshape(-1, config.log_every).mean(-1)
-        metrics = {"loss": blocks(loss), "accuracy": blocks(acc),
-                   "data_return": data["return"].mean()}
-        return params, metrics
+        state, (loss, acc, skipped) = jax.lax.scan(update, state, keys)
+        blocks = lambda v: v.reshape(-1, config.log_every)
+        metrics = {"loss": blocks(loss).mean(-1), "accuracy": blocks(acc).mean(-1),
+                   "nonfinite": blocks(skipped).sum(-1), "data_return": data["return"].mean()}
+        return state.params, metrics
 
-    return train
+    return TrainAndAgent(train, policy)
 
 
 # -- evaluation ----------------------------------------------------------------------------------
@@ -366,7 +370,8 @@ def train_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask,
     """Seeds 0..seeds-1 in one `jit(vmap(train))`: stacked params [S, ...] and metrics [S, ...].
     With a `mesh` the seeds are split over its devices (`core.parallel.place_seeds`)."""
     keys = place_seeds(seed_keys(seeds), mesh)
-    return jax.jit(jax.vmap(make_train(config, policy_cfg, task)))(keys)
+    train, _ = make_train(config, policy_cfg, task)
+    return jax.jit(jax.vmap(train))(keys)
 
 
 def evaluate_seeds(policy: SeqPolicy, env, num_episodes: int, target_return: float,

@@ -9,6 +9,7 @@ Comparing runs (`jaxrl-suite plot`): `seed_series` reads one run's curves of a k
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -122,12 +123,62 @@ def pyplot():
 
 def save_figure(fig, path: str | Path, *, tight: bool = True, **savefig_kwargs) -> None:
     """Lay out (`tight_layout` unless `tight=False`), write `path` (parents created) at 110 dpi
-    and close `fig`."""
+    and close `fig`. Inside `record_figures()`, also records `figure_data(fig)`."""
     if tight:
         fig.tight_layout()
+    for recorded in _FIGURE_RECORDERS:
+        recorded[Path(path).name] = figure_data(fig)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, **savefig_kwargs)
     pyplot().close(fig)
+
+
+_FIGURE_RECORDERS: list[dict[str, dict]] = []
+
+
+@contextlib.contextmanager
+def record_figures():
+    """Within the block, every `save_figure` also records what its figure shows: yields a dict
+    {file name: `figure_data(fig)`}, so a test checks a plot's axes and series, not its bytes."""
+    recorded: dict[str, dict] = {}
+    _FIGURE_RECORDERS.append(recorded)
+    try:
+        yield recorded
+    finally:
+        _FIGURE_RECORDERS.remove(recorded)
+
+
+def figure_data(fig) -> dict[str, Any]:
+    """What a matplotlib figure shows, as plain data: {"suptitle", "axes": [one dict per axes,
+    colorbars included]}. Each axes: "title", "xlabel", "ylabel", "xscale", "yscale",
+    "xticklabels", "yticklabels", "legend" (entry texts), "lines" (label, x, y of each line,
+    reference lines included), "bars" {label: heights}, "scatter" (offsets [n, 2] of each
+    scatter), "bands" (filled areas), "images" (arrays) and "patches" (count)."""
+    from matplotlib.collections import PathCollection, PolyCollection
+    from matplotlib.container import BarContainer
+
+    axes = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        axes.append({
+            "title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+            "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+            "yticklabels": [t.get_text() for t in ax.get_yticklabels()],
+            "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+            "lines": [{"label": line.get_label(),
+                       "x": np.asarray(line.get_xdata(), np.float64),
+                       "y": np.asarray(line.get_ydata(), np.float64)} for line in ax.get_lines()],
+            "bars": {c.get_label(): np.array([b.get_height() for b in c.patches])
+                     for c in ax.containers if isinstance(c, BarContainer)},
+            "scatter": [np.asarray(c.get_offsets(), np.float64) for c in ax.collections
+                        if isinstance(c, PathCollection)],
+            "bands": sum(isinstance(c, PolyCollection) for c in ax.collections),
+            "images": [np.asarray(im.get_array()) for im in ax.get_images()],
+            "patches": len(ax.patches),
+        })
+    suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return {"suptitle": suptitle, "axes": axes}
 
 
 def trailing_mean(y, n: int) -> np.ndarray:

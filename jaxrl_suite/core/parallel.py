@@ -138,3 +138,9 @@ def gather_rows(local: np.ndarray) -> np.ndarray:
 def replicate(tree, mesh: Mesh):
     """Place every leaf of `tree` (params, optimizer state) on all devices of the mesh."""
     return jax.device_put(tree, replicated(mesh))
+
+
+def print0(text: str) -> None:
+    """Print on process 0 only (flushed), so a multi-host job prints each line once."""
+    if jax.process_index() == 0:
+        print(text, flush=True)

@@ -1,12 +1,48 @@
-"""Losses and advantage estimators: pure functions of arrays returning (scalar, metrics)."""
+"""Losses and advantage estimators: pure functions of arrays returning (scalar, metrics).
 
+Registries (picked by name in a config): `POLICY_LOSSES` (grpo, gspo, cispo), `ADVANTAGES`
+(group, rloo, reinforce_pp, reinforce_pp_baseline) and `REGULARIZERS` (none, naive, siren).
+"""
+
+from jaxrl_suite.losses.advantages import (
+    ADVANTAGES,
+    group_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+)
 from jaxrl_suite.losses.common import masked_mean, token_entropy, token_logprobs
-from jaxrl_suite.losses.grpo import group_advantages, grpo_loss
+from jaxrl_suite.losses.grpo import (
+    POLICY_LOSSES,
+    cispo_loss,
+    cispo_surrogate,
+    compose_policy_loss,
+    grpo_loss,
+    gspo_loss,
+    ppo_surrogate,
+)
+from jaxrl_suite.losses.policy import aggregate, clipped_surrogate, importance_ratio, k3_kl
+from jaxrl_suite.losses.siren import REGULARIZERS
 
 __all__ = [
+    "ADVANTAGES",
+    "POLICY_LOSSES",
+    "REGULARIZERS",
+    "aggregate",
+    "cispo_loss",
+    "cispo_surrogate",
+    "clipped_surrogate",
+    "compose_policy_loss",
     "group_advantages",
     "grpo_loss",
+    "gspo_loss",
+    "importance_ratio",
+    "k3_kl",
     "masked_mean",
+    "ppo_surrogate",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "rloo_advantages",
     "token_entropy",
     "token_logprobs",
 ]

@@ -1,9 +1,18 @@
-"""GRPO: group-relative advantages and the clipped token-level policy loss.
+"""GRPO's policy loss and its variants, composed from `losses.policy`, registered by name.
 
-Papers:
-  GRPO     -- Shao et al., DeepSeekMath, arXiv 2402.03300.
-  Dr. GRPO -- Liu et al., Understanding R1-Zero-Like Training, arXiv 2503.20783.
-  DAPO     -- Yu et al., DAPO, arXiv 2503.14476.
+    grpo   token ratio, clipped surrogate       Shao et al., DeepSeekMath, arXiv 2402.03300
+    gspo   sequence ratio, clipped surrogate    Zheng et al., GSPO, arXiv 2507.18071
+    cispo  detached clipped token ratio * logp  MiniMax-M1, arXiv 2506.13585
+
+All entries of `POLICY_LOSSES` share one signature,
+
+    loss(logp, old_logp, ref_logp, advantages, mask, **hyperparams) -> (scalar, metrics)
+
+with the hyperparameters of `grpo_loss` (clip_eps, clip_eps_high, beta, loss_type,
+token_weights, entropy_mask; each entry has its paper's defaults), and the metrics "pg_loss",
+"kl", "ratio" and "clip_frac", so a config picks one by name (`grpo.policy_loss`). The
+aggregations (`loss_type`: grpo, dr_grpo, dapo, bnpo) are Dr. GRPO's (arXiv 2503.20783) and
+DAPO's (arXiv 2503.14476).
 """
 
 from __future__ import annotations
@@ -14,89 +23,23 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from jaxrl_suite.core.registry import Registry
+from jaxrl_suite.losses.advantages import group_advantages
 from jaxrl_suite.losses.common import check_rank, check_shape, masked_mean
+from jaxrl_suite.losses.policy import (
+    LOSS_TYPES,
+    aggregate,
+    clipped_surrogate,
+    importance_ratio,
+    k3_kl,
+)
 
+PolicyLoss = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
-def _group_std(rewards: chex.Array) -> chex.Array:
-    return jnp.std(rewards, axis=1, ddof=1, keepdims=True)  # [B, 1]
-
-
-def _batch_std(rewards: chex.Array) -> chex.Array:
-    return jnp.std(rewards, ddof=1)  # []
-
-
-# scale name -> std used as the advantage denominator (None: no scaling).
-_ADVANTAGE_SCALES: dict[str, Callable[[chex.Array], chex.Array] | None] = {
-    "group": _group_std,
-    "batch": _batch_std,
-    "none": None,
-}
-
-
-def group_advantages(rewards: chex.Array, *, scale: str = "group", eps: float = 1e-4) -> chex.Array:
-    """Group-relative advantages: each reward minus its group's mean, optionally scaled.
-
-        A_ij = (r_ij - mean_j r_ij) / (s + eps)
-
-    with s, by `scale`:
-      "group": std_j r_ij, the std of prompt i's group (ddof=1, as TRL and tunix)   [GRPO]
-      "batch": std of all B*G rewards (ddof=1)
-      "none":  no division at all, A_ij = r_ij - mean_j r_ij                     [Dr. GRPO]
-
-    GRPO: arXiv 2402.03300. Dr. GRPO (drops the std, which biases towards easy and hard
-    prompts): arXiv 2503.20783.
-
-    Args:
-      rewards: [B, G] rewards of G completions for each of B prompts.
-      scale: "group", "batch" or "none" (static).
-      eps: added to the std before dividing; a constant group gives zeros, not NaN.
-
-    Returns:
-      [B, G] advantages, in at least float32.
-
-    Raises:
-      ValueError: `rewards` is not rank 2, G < 2, or `scale` is unknown.
-    """
-    if scale not in _ADVANTAGE_SCALES:
-        raise ValueError(
-            f"unknown scale {scale!r}; valid options: {', '.join(map(repr, _ADVANTAGE_SCALES))}"
-        )
-    check_rank("rewards", rewards, 2)
-    if rewards.shape[1] < 2:
-        raise ValueError(
-            f"rewards must hold G >= 2 completions per prompt, got shape {rewards.shape}"
-        )
-    rewards = jnp.asarray(rewards)
-    rewards = rewards.astype(jnp.promote_types(rewards.dtype, jnp.float32))  # [B, G]
-    centered = rewards - jnp.mean(rewards, axis=1, keepdims=True)  # [B, G]
-    std_fn = _ADVANTAGE_SCALES[scale]
-    if std_fn is None:
-        return centered
-    return centered / (std_fn(rewards) + eps)  # [B, G]
-
-
-def _sequence_mean_token_mean(x: chex.Array, mask: chex.Array) -> chex.Array:
-    """GRPO: each sequence's masked token mean, then the mean over all N sequences."""
-    return jnp.mean(masked_mean(x, mask, axis=-1))
-
-
-def _token_mean(x: chex.Array, mask: chex.Array) -> chex.Array:
-    """DAPO / BNPO: one mean over all valid tokens of the batch."""
-    return masked_mean(x, mask)
-
-
-def _constant_normalizer(x: chex.Array, mask: chex.Array) -> chex.Array:
-    """Dr. GRPO: masked token sum divided by the constant N * T."""
-    return jnp.sum(x * mask) / x.size
-
-
-# loss_type -> aggregation of a per-token [N, T] loss into a scalar.
-_AGGREGATIONS: dict[str, Callable[[chex.Array, chex.Array], chex.Array]] = {
-    "grpo": _sequence_mean_token_mean,
-    "dapo": _token_mean,
-    "bnpo": _token_mean,
-    "dr_grpo": _constant_normalizer,
-}
+# surrogate(ratio [N, T], logp [N, T] (0 on padding), advantages [N], eps_low, eps_high)
+#   -> (pg [N, T] per-token loss, clipped [N, T] bool)
+Surrogate = Callable[..., tuple[chex.Array, chex.Array]]
 
 
 def _is_static_zero(beta) -> bool:
@@ -106,6 +49,80 @@ def _is_static_zero(beta) -> bool:
         return False
 
 
+def ppo_surrogate(ratio, logp, advantages, eps_low, eps_high):
+    """`clipped_surrogate` as a `Surrogate` (it depends on logp through the ratio only)."""
+    del logp
+    return clipped_surrogate(ratio, advantages, eps_low, eps_high)
+
+
+def cispo_surrogate(ratio, logp, advantages, eps_low, eps_high):
+    """CISPO's per-token loss -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * logp; `clipped`
+    marks the tokens whose weight is capped, whatever the sign of A (see `cispo_loss`)."""
+    weight = jax.lax.stop_gradient(jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high))  # [N, T]
+    pg = -weight * advantages[:, None] * logp  # [N, T]
+    return pg, (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
+
+
+def compose_policy_loss(
+    surrogate: Surrogate, level: str, logp, old_logp, ref_logp, advantages, mask, *,
+    clip_eps: float = 0.2, clip_eps_high: float | None = None, beta: float = 0.0,
+    loss_type: str = "grpo", token_weights=None, entropy_mask=None,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """A policy loss from its parts, the body of every `POLICY_LOSSES` entry:
+
+        r        = importance_ratio(logp, old_logp, m, level)            [N, T]
+        pg, clip = surrogate(r, logp, A, eps_lo, eps_hi)                 [N, T]
+        loss     = aggregate(pg * e, m * w, loss_type) + beta * aggregate(k3_kl, m, loss_type)
+
+    with e = `entropy_mask`, w = `token_weights` (1 if None), eps_lo = clip_eps and eps_hi =
+    clip_eps_high (None: clip_eps); `level` is "token" or "sequence". Validates the arguments
+    and returns (loss, metrics) as `grpo_loss` documents. A new variant is a `surrogate` and/or
+    a `level` passed here, plus one registry line."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(
+            f"unknown loss_type {loss_type!r}; valid: {', '.join(map(repr, LOSS_TYPES))}"
+        )
+    if ref_logp is None and not _is_static_zero(beta):
+        raise ValueError(f"beta={beta!r} needs ref_logp, but ref_logp is None")
+    check_rank("logp", logp, 2)
+    check_rank("advantages", advantages, 1)
+    same_shape = {"old_logp": old_logp, "ref_logp": ref_logp, "mask": mask,
+                  "token_weights": token_weights, "entropy_mask": entropy_mask}
+    for name, x in same_shape.items():
+        if x is not None:
+            check_shape(name, x, logp.shape)
+    check_shape("advantages", advantages, logp.shape[:1])
+
+    dtype = jnp.promote_types(logp.dtype, jnp.float32)
+    valid = jnp.asarray(mask) > 0  # [N, T]
+    mask = valid.astype(dtype)  # [N, T]
+    pg_mask = mask if token_weights is None else mask * jnp.asarray(token_weights, dtype)
+    eps_hi = clip_eps if clip_eps_high is None else clip_eps_high
+    logp = logp.astype(dtype)
+
+    ratio = importance_ratio(logp, old_logp, valid, level)  # [N, T]
+    logp_valid = jnp.where(valid, logp, 0.0)  # padding may hold -inf
+    pg, is_clipped = surrogate(ratio, logp_valid, jnp.asarray(advantages, dtype), clip_eps, eps_hi)
+    if entropy_mask is not None:
+        pg = pg * jnp.asarray(entropy_mask, dtype)
+    pg_loss = aggregate(pg, pg_mask, loss_type)
+    if ref_logp is None:
+        kl_mean = jnp.zeros((), dtype)
+        loss = pg_loss
+    else:
+        kl = k3_kl(logp, ref_logp, valid)  # [N, T]
+        kl_mean = masked_mean(kl, mask)
+        loss = pg_loss + beta * aggregate(kl, mask, loss_type)
+    metrics = {
+        "pg_loss": pg_loss,
+        "kl": kl_mean,
+        "ratio": masked_mean(ratio, mask),
+        "clip_frac": masked_mean(is_clipped.astype(dtype), mask),
+    }
+    return loss, metrics
+
+
+@POLICY_LOSSES.register("grpo")
 def grpo_loss(
     logp: chex.Array,
     old_logp: chex.Array,
@@ -124,20 +141,15 @@ def grpo_loss(
 
     Per token t of sequence i, with eps_lo = clip_eps and eps_hi = clip_eps_high:
 
-        r_it  = exp(logp_it - old_logp_it)
-        pg_it = -min(r_it * A_i, clip(r_it, 1 - eps_lo, 1 + eps_hi) * A_i)
-        kl_it = exp(ref_it - logp_it) - (ref_it - logp_it) - 1      (k3 estimator, >= 0)
-        loss  = agg(pg * e, m * w) + beta * agg(kl, m)
+        r_it  = exp(logp_it - old_logp_it)                              importance_ratio
+        pg_it = -min(r_it * A_i, clip(r_it, 1 - eps_lo, 1 + eps_hi) * A_i)   clipped_surrogate
+        kl_it = exp(ref_it - logp_it) - (ref_it - logp_it) - 1          k3_kl (>= 0)
+        loss  = agg(pg * e, m * w) + beta * agg(kl, m)                  aggregate
 
     where m is `mask`, w is `token_weights` (1 if None), e is `entropy_mask` (1 if None) and agg
-    is, by `loss_type`:
-      "grpo":    mean_i [ sum_t x_it m_it / max(sum_t m_it, 1) ]  per-sequence mean  [GRPO]
-      "dapo":    sum_it x_it m_it / max(sum_it m_it, 1)            token mean       [DAPO]
-      "bnpo":    same as "dapo" on one device (TRL's bnpo normalises by the local batch,
-                 dapo by the global one; here both see only the arrays passed in)
-      "dr_grpo": sum_it x_it m_it / (N * T)                        constant         [Dr. GRPO]
-
-    With w == 1 this is agg(pg + beta * kl, m), since every agg is linear in x.
+    is `losses.policy.aggregate` by `loss_type` ("grpo": per-sequence token mean, then the mean
+    over sequences [GRPO]; "dapo"/"bnpo": one token mean over the batch [DAPO]; "dr_grpo": the
+    token sum over the constant N * T [Dr. GRPO]). With w == 1 this is agg(pg + beta * kl, m).
 
     Papers: GRPO (DeepSeekMath) arXiv 2402.03300; Dr. GRPO arXiv 2503.20783 (constant
     normaliser, no length bias); DAPO arXiv 2503.14476 (clip-higher eps_hi > eps_lo,
@@ -183,59 +195,64 @@ def grpo_loss(
       ValueError: a wrong rank or shape, an unknown `loss_type`, or beta != 0 with
         ref_logp None.
     """
-    if loss_type not in _AGGREGATIONS:
-        raise ValueError(
-            f"unknown loss_type {loss_type!r}; valid: {', '.join(map(repr, _AGGREGATIONS))}"
-        )
-    if ref_logp is None and not _is_static_zero(beta):
-        raise ValueError(f"beta={beta!r} needs ref_logp, but ref_logp is None")
-    check_rank("logp", logp, 2)
-    check_rank("advantages", advantages, 1)
-    same_shape = {
-        "old_logp": old_logp,
-        "ref_logp": ref_logp,
-        "mask": mask,
-        "token_weights": token_weights,
-        "entropy_mask": entropy_mask,
-    }
-    for name, x in same_shape.items():
-        if x is not None:
-            check_shape(name, x, logp.shape)
-    check_shape("advantages", advantages, logp.shape[:1])
+    return compose_policy_loss(
+        ppo_surrogate, "token", logp, old_logp, ref_logp, advantages, mask,
+        clip_eps=clip_eps, clip_eps_high=clip_eps_high, beta=beta, loss_type=loss_type,
+        token_weights=token_weights, entropy_mask=entropy_mask,
+    )
 
-    dtype = jnp.promote_types(logp.dtype, jnp.float32)
-    valid = jnp.asarray(mask) > 0  # [N, T]
-    mask = valid.astype(dtype)  # [N, T]
-    pg_mask = mask if token_weights is None else mask * jnp.asarray(token_weights, dtype)  # [N, T]
-    eps_lo = clip_eps
-    eps_hi = clip_eps if clip_eps_high is None else clip_eps_high
-    adv = jnp.asarray(advantages, dtype)[:, None]  # [N, 1]
-    logp = logp.astype(dtype)
 
-    log_ratio = jnp.where(valid, logp - jax.lax.stop_gradient(old_logp).astype(dtype), 0.0)
-    ratio = jnp.exp(log_ratio)  # [N, T]
-    clipped = jnp.clip(ratio, 1.0 - eps_lo, 1.0 + eps_hi)  # [N, T]
-    pg = -jnp.minimum(ratio * adv, clipped * adv)  # [N, T]
-    is_clipped = ((ratio < 1.0 - eps_lo) & (adv < 0)) | ((ratio > 1.0 + eps_hi) & (adv > 0))
+@POLICY_LOSSES.register("gspo")
+def gspo_loss(logp, old_logp, ref_logp, advantages, mask, **hyperparams):
+    """GSPO: GRPO's clipped surrogate on the length-normalised sequence ratio.
 
-    if entropy_mask is not None:
-        pg = pg * jnp.asarray(entropy_mask, dtype)
-    aggregate = _AGGREGATIONS[loss_type]
-    pg_loss = aggregate(pg, pg_mask)
-    if ref_logp is None:
-        kl_mean = jnp.zeros((), dtype)
-        loss = pg_loss
-    else:
-        ref_diff = jax.lax.stop_gradient(ref_logp).astype(dtype) - logp
-        ref_diff = jnp.where(valid, ref_diff, 0.0)  # [N, T]
-        kl = jnp.exp(ref_diff) - ref_diff - 1.0  # [N, T]
-        kl_mean = masked_mean(kl, mask)
-        loss = pg_loss + beta * aggregate(kl, mask)
+        s_i   = exp( sum_t m_it (logp_it - old_logp_it) / sum_t m_it )   importance_ratio(sequence)
+        pg_i  = -min(s_i * A_i, clip(s_i, 1 - eps_lo, 1 + eps_hi) * A_i)
+        loss  = agg(pg, m) + beta * agg(kl, m)
 
-    metrics = {
-        "pg_loss": pg_loss,
-        "kl": kl_mean,
-        "ratio": masked_mean(ratio, mask),
-        "clip_frac": masked_mean(is_clipped.astype(dtype), mask),
-    }
-    return loss, metrics
+    Zheng et al., Group Sequence Policy Optimization, arXiv 2507.18071. The paper's objective is
+    mean_i pg_i, which is agg with loss_type "grpo" (each sequence's positions hold the same
+    pg_i); the gradient flows through s_i into every token of the sequence (the paper's
+    sequence-level form). Its clip range is much smaller than GRPO's, since s_i is a geometric
+    mean of token ratios: the paper uses eps_lo = 3e-4, eps_hi = 4e-4, the defaults here (a
+    config sets them through `grpo.clip_eps` / `grpo.clip_eps_high`). "clip_frac" is the
+    fraction of tokens in clipped sequences. Arguments (`hyperparams`: those of `grpo_loss`)
+    and metrics as `grpo_loss`.
+    """
+    hyperparams = {"clip_eps": 3e-4, "clip_eps_high": 4e-4} | hyperparams
+    return compose_policy_loss(ppo_surrogate, "sequence", logp, old_logp, ref_logp, advantages,
+                               mask, **hyperparams)
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo_loss(logp, old_logp, ref_logp, advantages, mask, **hyperparams):
+    """CISPO: REINFORCE weighted by the clipped, detached token importance ratio.
+
+        r_it  = exp(logp_it - old_logp_it)
+        pg_it = -sg(clip(r_it, 1 - eps_lo, 1 + eps_hi)) * A_i * logp_it
+        loss  = agg(pg, m) + beta * agg(kl, m)
+
+    MiniMax-M1, arXiv 2506.13585. Unlike the PPO clip, no token's gradient is dropped: a token
+    whose ratio leaves the range keeps the gradient -w A grad logp with its weight w capped
+    (grad pg_it = -w_it A_i grad logp_it). The paper clips the weight from above only ("we did
+    not impose a lower bound", i.e. eps_lo large; the default eps_lo = 1 bounds it at 0, which
+    no ratio reaches) and takes the token mean over the batch (loss_type "dapo", the default
+    here). eps_hi = 0.28 is DAPO's upper clip (the paper tunes eps_hi per setup). "clip_frac" is
+    the fraction of tokens whose weight is capped (r outside [1 - eps_lo, 1 + eps_hi], whatever
+    the sign of A). Arguments (`hyperparams`: those of `grpo_loss`) and metrics as `grpo_loss`.
+    """
+    hyperparams = {"clip_eps": 1.0, "clip_eps_high": 0.28, "loss_type": "dapo"} | hyperparams
+    return compose_policy_loss(cispo_surrogate, "token", logp, old_logp, ref_logp, advantages,
+                               mask, **hyperparams)
+
+
+__all__ = [
+    "POLICY_LOSSES",
+    "cispo_loss",
+    "cispo_surrogate",
+    "compose_policy_loss",
+    "group_advantages",
+    "grpo_loss",
+    "gspo_loss",
+    "ppo_surrogate",
+]

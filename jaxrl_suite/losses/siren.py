@@ -27,11 +27,21 @@ included, is <= p, which drops the crossing token; with p = 1 both are the full 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import chex
 import jax
 import jax.numpy as jnp
 
+from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.losses.common import check_rank, token_entropy
+
+# Entropy regularisers added to the policy loss, picked by `grpo.entropy_reg`. One signature:
+#   reg(logits [N, T, V], mask [N, T], *, coef, top_p, quantile, anchor) -> (penalty, metrics)
+# (an entry ignores the hyperparameters it does not use); `metrics` holds what the trainer logs
+# beside the policy loss's metrics ("entropy_reg": the penalty, plus the entry's own).
+Regularizer = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
+REGULARIZERS: Registry[Regularizer] = Registry("entropy regulariser")
 
 
 def top_p_entropy(logits: chex.Array, *, p: float = 0.9) -> chex.Array:
@@ -128,9 +138,39 @@ def naive_entropy_bonus(
     return -coef * h, {"entropy": jax.lax.stop_gradient(h)}
 
 
+@REGULARIZERS.register("none")
+def no_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
+    """No regulariser: a zero penalty and no metrics."""
+    del logits, mask, coef, top_p, quantile, anchor
+    return jnp.zeros((), jnp.float32), {}
+
+
+@REGULARIZERS.register("naive")
+def naive_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
+    """`naive_entropy_bonus`, -coef * mean H over the valid tokens (top_p, quantile, anchor
+    unused)."""
+    del top_p, quantile, anchor
+    bonus, _ = naive_entropy_bonus(logits, mask, coef=coef)
+    return bonus, {"entropy_reg": bonus}
+
+
+@REGULARIZERS.register("siren")
+def siren_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
+    """`siren_regularizer`, coef * (H_bar - anchor)^2, with its metrics except the full entropy
+    (which the trainer logs for every regulariser)."""
+    penalty, metrics = siren_regularizer(logits, mask, top_p=top_p, quantile=quantile,
+                                         anchor=anchor, coef=coef)
+    return penalty, {"entropy_reg": penalty,
+                     **{k: v for k, v in metrics.items() if k != "entropy"}}
+
+
 __all__ = [
+    "REGULARIZERS",
     "naive_entropy_bonus",
+    "naive_entropy_reg",
+    "no_entropy_reg",
     "peak_entropy_mask",
+    "siren_entropy_reg",
     "siren_regularizer",
     "top_p_entropy",
 ]

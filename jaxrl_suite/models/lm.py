@@ -186,7 +186,8 @@ class Attention(nn.Module):
 
         Without a cache, S = T and keys are this call's tokens. With `cache` (a `KVCache`) the
         new k, v are written at slots cache_index..cache_index+T-1 of layer `layer` and the
-        queries attend over all S slots. Returns (out [B, T, D], cache or None).
+        queries attend over all S slots; cache_index is an int32 scalar shared by the rows, or
+        a vector [B] with one start slot per row. Returns (out [B, T, D], cache or None).
         """
         cfg = self.config
         dtype = cfg.compute_dtype
@@ -205,9 +206,14 @@ class Attention(nn.Module):
         k = k.transpose(0, 2, 1, 3)  # [B, K, T, Dh]
         v = v.transpose(0, 2, 1, 3)
         if cache is not None:
-            write = lambda buf, new: lax.dynamic_update_slice(
-                buf, new.astype(buf.dtype), (0, 0, cache_index, 0)
-            )
+            if jnp.ndim(cache_index) == 0:
+                write = lambda buf, new: lax.dynamic_update_slice(
+                    buf, new.astype(buf.dtype), (0, 0, cache_index, 0)
+                )
+            else:  # row b at slots cache_index[b]..+T-1 (one scatter; start clamped like above)
+                write = lambda buf, new: jax.vmap(
+                    lambda row, upd, i: lax.dynamic_update_slice(row, upd, (0, i, 0))
+                )(buf, new.astype(buf.dtype), cache_index)
             k_all, v_all = write(cache.k[layer], k), write(cache.v[layer], v)  # [B, K, S, Dh]
             cache = KVCache(
                 k=(*cache.k[:layer], k_all, *cache.k[layer + 1 :]),
@@ -278,9 +284,13 @@ class CausalLM(nn.Module):
         Full forward (cache None): positions [B, T] (default arange(T)), key_mask [B, T] bool
         (False = padding key, never attended to); causal mask over the T tokens.
         Cached (cache a `KVCache` with S slots): the tokens are written at cache slots
-        cache_index..cache_index+T-1 (cache_index an int32 scalar shared by all rows), key_mask
-        is [B, S] over the slots (default all True), and the query in slot i attends to slots
-        j <= i with key_mask[j]. Positions default to cache_index + arange(T).
+        cache_index..cache_index+T-1, key_mask is [B, S] over the slots (default all True), and
+        the query in slot i attends to slots j <= i with key_mask[j]. Positions default to
+        cache_index + arange(T). cache_index is an int32 scalar shared by all rows, or a vector
+        [B] of per-row start slots, so that rows of one batch sit at different places (a
+        refilled row of continuous batching, rows of speculative decoding that accepted
+        different numbers of draft tokens); the caller keeps cache_index + T <= S. T > 1 with a
+        cache is a multi-token cached call (a prefill, or the verification of T draft tokens).
 
         Returns (logits [B, T, V] float32, new cache or None), plus the final-normed hidden
         states [B, T, D] as a third element when return_hidden.
@@ -296,12 +306,20 @@ class CausalLM(nn.Module):
             if cache_index is None:
                 raise ValueError("cache_index is required when a cache is given")
             cache_index = jnp.asarray(cache_index, jnp.int32)
-            q_slots = q_slots + cache_index
+            if cache_index.ndim == 0:
+                q_slots = q_slots + cache_index  # [T]
+            elif cache_index.shape == (b,):
+                q_slots = cache_index[:, None] + q_slots  # [B, T], one start slot per row
+            else:
+                raise ValueError(
+                    f"cache_index must be a scalar or have shape (B,) = ({b},), got shape "
+                    f"{cache_index.shape}"
+                )
             k_slots = jnp.arange(cache.cache_len, dtype=jnp.int32)  # [S]
         if positions is None:
             positions = jnp.broadcast_to(q_slots, (b, t))
-        mask = k_slots[None, :] <= q_slots[:, None]  # [T, S] causal
-        mask = mask[None, None, None]  # [1, 1, 1, T, S]
+        mask = k_slots <= q_slots[..., None]  # [T, S] or [B, T, S] causal
+        mask = mask.reshape(-1, 1, 1, *mask.shape[-2:])  # [1 or B, 1, 1, T, S]
         if key_mask is not None:
             mask = mask & key_mask.astype(bool)[:, None, None, None, :]  # [B, 1, 1, T, S]
 

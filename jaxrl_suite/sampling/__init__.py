@@ -1,5 +1,6 @@
-"""Generation and search."""
+"""Generation and search: the `Sampler` protocol and its implementations."""
 
-from jaxrl_suite.sampling.generate import GenerateOutput, generate, make_generate
+from jaxrl_suite.sampling.base import GenerateOutput, Sampler
+from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 
-__all__ = ["GenerateOutput", "generate", "make_generate"]
+__all__ = ["GenerateOutput", "KVCacheSampler", "Sampler"]

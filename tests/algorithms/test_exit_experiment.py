@@ -11,25 +11,31 @@ SMOKE = ["run", "exit_self_improve", "--smoke", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
+def smoke_run(tmp_path_factory, module_figures):
     out = tmp_path_factory.mktemp("exit") / "run"
     assert main([*SMOKE, "--out", str(out)]) == 0
-    return out
+    return out, module_figures
 
 
 def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
+    smoke_run, figures = smoke_run
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert set(summary["variants"]) == {"grpo", "naive", "exit"}
     assert len(summary["sft_scores"]) == 3  # eval.steps in the smoke config
     for v, s in summary["variants"].items():
-        per_seed = np.array(s["scores_per_seed"])
+        per_seed = np.array(s["scores"]["per_seed"])
         assert per_seed.shape == (2, 3) and ((0 <= per_seed) & (per_seed <= 1)).all()
-        np.testing.assert_allclose(s["scores_mean"], per_seed.mean(0))
+        np.testing.assert_allclose(s["scores"]["mean"], per_seed.mean(0))
         assert summary["claim"][v]["gain_total"] == pytest.approx(
-            s["scores_mean"][-1] - s["scores_mean"][0])
-    tokens = {v: s["train_tokens_mean"] for v, s in summary["variants"].items()}
+            s["scores"]["mean"][-1] - s["scores"]["mean"][0])
+    tokens = {v: s["train_tokens"]["mean"] for v, s in summary["variants"].items()}
     assert tokens["naive"] > 2 * tokens["grpo"]  # three turns of generation per episode
     assert (smoke_run / "iterations.png").stat().st_size > 1000
+    ax, = figures["iterations.png"].axes  # SFT's scores and each variant's mean by step
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["SFT (start)"], summary["sft_scores"])
+    for v, s in summary["variants"].items():
+        np.testing.assert_allclose(lines[v], s["scores"]["mean"])
     assert "| exit |" in (smoke_run / "table.md").read_text()
     records = [json.loads(x) for x in (smoke_run / "runs/exit_s0/metrics.jsonl").read_text()
                .splitlines()]
@@ -38,6 +44,7 @@ def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
 
 
 def test_resume_reruns_only_the_missing_run(smoke_run, capsys):
+    smoke_run, _ = smoke_run
     before = json.loads((smoke_run / "runs/exit_s1/result.json").read_text())
     (smoke_run / "runs/exit_s1/result.json").unlink()
     capsys.readouterr()
@@ -51,7 +58,7 @@ def test_resume_reruns_only_the_missing_run(smoke_run, capsys):
 
 @pytest.mark.parametrize("override, message", [
     ("variants.names=[exit,ppo]", "variants.names must be distinct entries"),
-    ("task.name=chess", "task.name must be one of"),
+    ("task.name=chess", "unknown task 'chess'"),
     ("exit.p_select=2.0", "p_select must be in [0, 1]"),
 ])
 def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):

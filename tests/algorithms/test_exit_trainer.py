@@ -14,6 +14,7 @@ from jaxrl_suite.algorithms.exit import (
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
+from jaxrl_suite.envs.text.iteration import previous_answer
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 
@@ -102,8 +103,61 @@ def test_completion_embeddings_equal_a_direct_unpadded_forward(setup):
         np.testing.assert_allclose(got[row], want, rtol=2e-4, atol=2e-5)
 
 
-def test_evaluate_iterations_feeds_each_answer_back(setup):
+def test_evaluate_iterations_feeds_each_answer_back(setup, monkeypatch):
+    """Each step's prompt shows the previous step's answer and its verifier score (scripted
+    completions, so the content is known), and the scores are those of each step's answers."""
+    _, params, grpo = setup
+    task = grpo.task
+    examples = task.examples("test", 0, 3)
+    right = [task.solution(e) for e in examples]  # "<answer>a b c</answer>": score 1
+    scripted = [
+        [right[0], "<answer>9 9 9</answer>", "no tags"],
+        ["<answer>0 0 0</answer>", right[1], right[2]],
+        [right[0], right[1], "<answer>9 9 9</answer>"],
+    ]
+    seen = []
+
+    def fake_greedy(p, prompts, *, batch_size):
+        assert p is params and batch_size == 4
+        seen.append([e.prompt for e in prompts])
+        texts = scripted[len(seen) - 1]
+        return texts, np.array([len(t) for t in texts])
+
+    monkeypatch.setattr(grpo, "greedy_completions", fake_greedy)
+    scores = evaluate_iterations(grpo, params, examples, steps=3, batch_size=4)
+    assert len(seen) == 3 and seen[0] == [e.prompt for e in examples]  # step 1: own prompts
+    for t in (1, 2):
+        for i, e in enumerate(examples):
+            previous = scripted[t - 1][i]
+            shown = {right[i]: e.answer, "no tags": "none"}.get(previous, previous[8:-9])
+            score = 1.0 if previous == right[i] else task.score(previous, e)
+            assert seen[t][i] == (f"{e.prompt} | prev {shown} | score {score:.2f}, "
+                                  f"{task.feedback(previous, e)} | improve:"), (t, i)
+    assert "prev 9 9 9 |" in seen[1][1] and "prev none |" in seen[1][2]
+    assert "score 1.00" in seen[1][0] and "score 1.00" in seen[2][1]
+    want = [np.mean([task.score(x, e) for x, e in zip(step, examples, strict=True)])
+            for step in scripted]
+    np.testing.assert_allclose(scores, want, rtol=1e-6)
+    assert want[1] > want[0] and want[2] > 2 / 3  # the scripted answers improve
+
+
+def test_evaluate_iterations_with_the_model_builds_each_prompt_from_its_last_answer(setup,
+                                                                                   monkeypatch):
     _, params, grpo = setup
     examples = grpo.task.examples("test", 0, 3)
-    scores = evaluate_iterations(grpo, params, examples, steps=3, batch_size=4)
-    assert scores.shape == (3,) and ((0 <= scores) & (scores <= 1)).all()
+    calls, real = [], grpo.greedy_completions
+
+    def spy(p, prompts, **kw):
+        texts, lengths = real(p, prompts, **kw)
+        calls.append(([e.prompt for e in prompts], texts))
+        return texts, lengths
+
+    monkeypatch.setattr(grpo, "greedy_completions", spy)
+    scores = evaluate_iterations(grpo, params, examples, steps=2, batch_size=4)
+    (_, first), (prompts, second) = calls
+    for e, prev, prompt in zip(examples, first, prompts, strict=True):
+        assert prompt.startswith(f"{e.prompt} | prev {previous_answer(prev)} | score "
+                                 f"{grpo.task.score(prev, e):.2f}, ")
+    want = [np.mean([grpo.task.score(x, e) for x, e in zip(texts, examples, strict=True)])
+            for texts in (first, second)]
+    np.testing.assert_allclose(scores, want)

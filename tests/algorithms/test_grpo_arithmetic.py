@@ -11,11 +11,11 @@ import pytest
 from experiments.grpo_arithmetic import Config
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer
 from jaxrl_suite.cli import main
+from jaxrl_suite.core import metrics
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import make_mesh
-from jaxrl_suite.core.train import init_train_state
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM
@@ -24,33 +24,47 @@ SMOKE = ["--smoke", "--no-progress"]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo_arithmetic.yaml"
 
 
+RUN = Path("runs") / "grpo_s0"  # seed 0's run of the study (the smoke size has one seed)
+CKPT = Path("checkpoints") / "grpo_s0"
+
+
 def _grpo_params(out_dir, cfg):
-    """Params of the latest GRPO checkpoint in `out_dir`."""
+    """Params of seed 0's latest GRPO checkpoint in `out_dir`."""
     model = CausalLM(cfg.model)
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, cfg.task.prompt_len), np.int32))
     trainer = GRPOTrainer(model, load_tokenizer(), make_task("arithmetic"), cfg.grpo,
                           mesh=make_mesh(1), prompt_len=cfg.task.prompt_len)
-    template = init_train_state(params, trainer.optimizer, jax.random.PRNGKey(0))
-    state, meta = Checkpointer(out_dir / "checkpoints" / "grpo").restore(template)
+    template = trainer.init_state(params, jax.random.PRNGKey(0))
+    state, meta = Checkpointer(out_dir / CKPT / "grpo").restore(template)
     return state, meta
 
 
-def test_smoke_run_writes_results(tmp_path, capsys):
+def test_smoke_run_writes_results(tmp_path, capsys, figures):
     assert main(["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path), "--tensorboard"]) == 0
     out = capsys.readouterr().out
     assert "held-out accuracy after SFT" in out and "held-out accuracy after GRPO" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
-    for key in ("sft_heldout_accuracy", "grpo_heldout_accuracy", "wall_time_s"):
-        assert key in summary
-    assert 0.0 <= summary["grpo_heldout_accuracy"] <= 1.0
-    records = read_metrics(tmp_path / "metrics.jsonl")
+    seed0 = json.loads((tmp_path / RUN / "result.json").read_text())
+    assert summary["grpo_heldout_accuracy"] == seed0["grpo_accuracy"]  # one seed: its mean
+    assert summary["variants"]["grpo"]["gain"]["per_seed"] == [seed0["gain"]]
+    assert seed0["gain"] == pytest.approx(seed0["grpo_accuracy"] - seed0["sft_accuracy"])
+    assert 0.0 <= summary["grpo_heldout_accuracy"] <= 1.0 and summary["wall_time_s"] > 0
+    assert "| seed 0 |" in (tmp_path / "table.md").read_text()
+    records = read_metrics(tmp_path / RUN / "metrics.jsonl")
     grpo = [r for r in records if r["stage"] == "grpo"]
     assert len(grpo) == 2
     for key in ("reward", "accuracy", "length", "entropy", "kl", "clip_frac", "grad_norm",
                 "param_norm", "update_norm", "tokens_per_s"):
         assert np.isfinite(grpo[-1][key]), key
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
-    assert list((tmp_path / "tensorboard").glob("events.*"))
+    axes = figures["reward_curve.png"].axes  # one panel per key; each plots the GRPO records
+    assert [ax.get_title() for ax in axes[:3]] == ["reward (grpo)", "accuracy (grpo)",
+                                                  "length (grpo)"]
+    for ax, key in zip(axes, ("reward", "accuracy", "length"), strict=False):
+        (line,) = ax.get_lines()
+        np.testing.assert_allclose(line.get_ydata(),
+                                   metrics.trailing_mean([r[key] for r in grpo], 10))
+    assert list((tmp_path / RUN / "tensorboard").glob("events.*"))
 
 
 def test_resume_after_kill_matches_straight_run(tmp_path):
@@ -61,8 +75,9 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
     # its last checkpoint is step 2.
     first = ["--set", "grpo.steps=3", "--set", "run.checkpoint_every=2"]
     assert main(["run", "grpo_arithmetic", *SMOKE, *first, "--out", str(killed)]) == 0
-    shutil.rmtree(killed / "checkpoints" / "grpo" / "3")
+    shutil.rmtree(killed / CKPT / "grpo" / "3")
     (killed / "summary.json").unlink()
+    (killed / RUN / "result.json").unlink()  # a killed run never wrote its result
     assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(killed),
                  "--resume"]) == 0
 
@@ -72,10 +87,11 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
     assert int(a.step) == int(b.step) == 6 and meta_a["cursor"] == meta_b["cursor"]
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
                  a.params, b.params)
-    steps = [r["step"] for r in read_metrics(killed / "metrics.jsonl") if r["stage"] != "final"]
+    steps = [r["step"] for r in read_metrics(killed / RUN / "metrics.jsonl")
+             if r["stage"] != "final"]
     assert steps == list(range(1, cfg.sft.steps + 7))  # every step exactly once
-    rec_a = [r for r in read_metrics(straight / "metrics.jsonl") if r["stage"] == "grpo"]
-    rec_b = [r for r in read_metrics(killed / "metrics.jsonl") if r["stage"] == "grpo"]
+    rec_a = [r for r in read_metrics(straight / RUN / "metrics.jsonl") if r["stage"] == "grpo"]
+    rec_b = [r for r in read_metrics(killed / RUN / "metrics.jsonl") if r["stage"] == "grpo"]
     np.testing.assert_allclose([r["reward"] for r in rec_a], [r["reward"] for r in rec_b])
 
 
@@ -108,13 +124,13 @@ def test_list(capsys):
 
 
 def test_batches_must_split_over_devices():
-    from experiments.grpo_arithmetic import _check_batches
+    from jaxrl_suite.algorithms.lm_study import check_batches
     from jaxrl_suite.core.config import ConfigError
 
     cfg = load_config(Config, CONFIG, ["grpo.prompts_per_step=3", "grpo.group_size=2"])
-    _check_batches(cfg, 2)
+    check_batches(cfg, 2)
     with pytest.raises(ConfigError, match="'grpo.prompts_per_step' gives 6 rows"):
-        _check_batches(cfg, 4)
+        check_batches(cfg, 4)
 
 
 def test_run_from_a_local_hf_checkpoint(tmp_path, capsys):
@@ -135,7 +151,7 @@ def test_run_from_a_local_hf_checkpoint(tmp_path, capsys):
     sft = SFTTrainer(CausalLM(hf_cfg), load_tokenizer(), make_task("arithmetic"), Config().sft,
                      mesh=make_mesh(1), prompt_len=6, max_new_tokens=22)
     template = sft.init_state(jax.tree.map(np.zeros_like, hf_params), jax.random.PRNGKey(0))
-    state, _ = Checkpointer(tmp_path / "run" / "checkpoints" / "sft").restore(template)
+    state, _ = Checkpointer(tmp_path / "run" / CKPT / "sft").restore(template)
     for a, b in zip(jax.tree.leaves(hf_params), jax.tree.leaves(state.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

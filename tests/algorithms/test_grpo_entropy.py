@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
@@ -26,7 +27,10 @@ def one_step(setup, cfg, anchor_from_policy=False):
     model, params, tok, task = setup
     trainer = GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
     state = trainer.init_state(params, jax.random.PRNGKey(1))
-    anchor = trainer.measure_anchor(state, trainer.batch(0)) if anchor_from_policy else None
+    anchor = None
+    if anchor_from_policy:
+        anchor = trainer.measure_anchor(state, trainer.batch(0))
+        state = trainer.init_state(params, jax.random.PRNGKey(1), anchor=anchor)
     _, metrics = trainer.step(state, trainer.batch(0))
     return metrics, anchor
 
@@ -53,6 +57,26 @@ def test_anchor_measured_on_the_same_rollout_gives_zero_penalty(setup):
     assert anchor > 0 and m["anchor"] == pytest.approx(anchor)
     assert m["siren_entropy"] == pytest.approx(anchor, rel=1e-5)
     assert m["entropy_reg"] == pytest.approx(0.0, abs=1e-8)
+
+
+def test_the_anchor_lives_in_the_checkpointed_state_not_on_the_trainer(setup, tmp_path):
+    model, params, tok, task = setup
+    cfg = dataclasses.replace(BASE, entropy_reg="siren", entropy_coef=1.0, siren_anchor=0.25)
+    trainer = GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
+    state = trainer.init_state(params, jax.random.PRNGKey(1))
+    assert float(state.anchor) == 0.25  # the config's anchor
+    measured = trainer.measure_anchor(state, trainer.batch(0))
+    assert measured > 0 and not hasattr(trainer, "anchor")  # measuring changes nothing
+    assert float(state.anchor) == 0.25
+    state = trainer.init_state(params, jax.random.PRNGKey(1), anchor=measured)
+    state, m = trainer.step(state, trainer.batch(0))
+    assert m["anchor"] == pytest.approx(measured) and float(state.anchor) == np.float32(measured)
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    ckpt.save(1, state, force=True)
+    restored, _ = ckpt.restore(trainer.init_state(params, jax.random.PRNGKey(1)))
+    ckpt.close()
+    assert type(restored) is type(state) and float(restored.anchor) == float(state.anchor)
+    assert int(restored.step) == 1
 
 
 def test_siren_without_an_anchor_is_a_clear_error(setup):

@@ -106,7 +106,7 @@ def test_two_processes_equal_one_process_and_run_the_experiment(tmp_path):
     # The experiment under jax.distributed: process 0 alone wrote the outputs, once per step.
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["devices"] == 4
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    lines = (tmp_path / "run" / "runs" / "grpo_s0" / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(x)["step"] for x in lines if json.loads(x)["stage"] != "final"]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 5  # 3 SFT + 2 GRPO
     assert "held-out accuracy after GRPO" in outputs[0]
@@ -118,7 +118,7 @@ def test_two_processes_equal_one_process_and_run_the_experiment(tmp_path):
 # second step, by an exception (the CLI's handler exits at once) or by SIGKILL (a hard crash).
 PROBE = textwrap.dedent(
     """
-    import dataclasses, os, signal, sys, time
+    import dataclasses, os, pathlib, signal, sys, time
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from jaxrl_suite.cli import main
@@ -145,8 +145,13 @@ PROBE = textwrap.dedent(
             time.sleep(0.1)
         return {}
 
-    EXPERIMENTS.register("crash_probe", Experiment("crash_probe", ProbeConfig, run))
     fail, how, out = sys.argv[1:]
+    config = os.path.join(out, "crash_probe.yaml")  # an experiment ships its default config
+    os.makedirs(out, exist_ok=True)
+    with open(config, "w") as f:
+        f.write("fail: 1")
+    EXPERIMENTS.register("crash_probe", Experiment("crash_probe", ProbeConfig, run,
+                                                   config=pathlib.Path(config)))
     sys.exit(main(["run", "crash_probe", "--distributed", "--no-progress", "--out", out,
                    "--set", f"fail={fail}", "--set", f"how={how}"]))
     """

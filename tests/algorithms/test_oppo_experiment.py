@@ -1,4 +1,5 @@
-"""The oppo_offline_pref experiment end to end through the CLI at --smoke size."""
+"""The oppo_offline_pref experiment end to end through the CLI at --smoke size; the figures are
+checked against the data behind them (`core.metrics.record_figures`)."""
 
 import json
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.cli import main
+from jaxrl_suite.core.metrics import record_figures
 
 SMOKE = ["run", "oppo_offline_pref", "--smoke", "--no-progress"]
 
@@ -13,12 +15,13 @@ SMOKE = ["run", "oppo_offline_pref", "--smoke", "--no-progress"]
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("oppo") / "run"
-    assert main([*SMOKE, "--out", str(out)]) == 0
-    return out
+    with record_figures() as figs:
+        assert main([*SMOKE, "--out", str(out)]) == 0
+    return out, figs
 
 
 def test_smoke_writes_table_plots_datasets_and_claim(smoke_run, capsys):
-    out = smoke_run
+    out, figs = smoke_run
     summary = json.loads((out / "summary.json").read_text())
     res = summary["results"]["medium-replay"]
     assert set(res) == {"bc", "pref_iql", "oppo", "oracle_iql"}
@@ -30,12 +33,25 @@ def test_smoke_writes_table_plots_datasets_and_claim(smoke_run, capsys):
     claim = summary["claim"]["medium-replay"]
     assert claim["oppo_minus_pref_iql"] == pytest.approx(
         res["oppo"]["score_mean"] - res["pref_iql"]["score_mean"])
-    assert summary["claim"]["holds_on"] in ("0/1", "1/1")
+    holds = res["oppo"]["score_mean"] >= res["pref_iql"]["score_mean"]
+    assert claim["oppo_ge_pref_iql"] is holds
+    assert summary["claim"]["holds_on"] == f"{int(holds)}/1"  # one dataset in the smoke config
     assert "| medium-replay |" in (out / "table.md").read_text()
-    for png in ("returns.png", "zspace.png"):
-        assert (out / png).stat().st_size > 1000
+    # returns.png: one bar per method at the dataset, its height the mean score; dots: the seeds
+    (bars,) = figs["returns.png"]["axes"]
+    assert bars["xticklabels"] == ["medium-replay"] and bars["legend"] == list(res)
+    for m, r in res.items():
+        np.testing.assert_allclose(bars["bars"][m], [r["score_mean"]], rtol=1e-6)
+    dots = np.concatenate([pts[:, 1] for pts in bars["scatter"]])
+    np.testing.assert_allclose(dots, [x for r in res.values() for x in r["scores"]], rtol=1e-6)
     oppo = json.loads((out / "runs/medium-replay/oppo/result.json").read_text())
     z, ctx = oppo["zspace"], oppo["contexts"]
+    # zspace.png: the labelled segments' phi in PCA coordinates and z* as a star
+    (zs, _colorbar) = figs["zspace.png"]["axes"]
+    points, star = zs["scatter"]
+    np.testing.assert_allclose(points, z["pc"], rtol=1e-6)
+    np.testing.assert_allclose(star, [z["z_star"]], rtol=1e-6)
+    assert zs["xlabel"].startswith("PC 1 (") and zs["legend"] == ["z*"]
     assert len(ctx["near_phi_score"]) == len(ctx["best_phi_score"]) == 2
     assert all(g > 0 for g in ctx["z_star_to_nearest_phi"])
     assert "| nearest phi to z* |" in (out / "table.md").read_text()
@@ -48,7 +64,7 @@ def test_smoke_writes_table_plots_datasets_and_claim(smoke_run, capsys):
 
 
 def test_resume_reruns_only_the_missing_unit(smoke_run, capsys):
-    out = smoke_run
+    out, _ = smoke_run
     before = json.loads((out / "summary.json").read_text())
     (out / "runs/medium-replay/bc/result.json").unlink()  # as if killed during the bc unit
     capsys.readouterr()
@@ -67,9 +83,9 @@ def test_resume_reruns_only_the_missing_unit(smoke_run, capsys):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("run.methods=[cql]", "run.methods: unknown ['cql']"),
+    ("run.methods=[cql]", "run.methods must be distinct entries of ['bc', 'pref_iql'"),
     ("oppo.segment_length=7", "oppo.segment_length=7 must equal prefs.segment_length=5"),
-    ("run.datasets=[replay]", "run.datasets: unknown ['replay']"),
+    ("run.datasets=[replay]", "run.datasets must be distinct entries of ['random'"),
 ])
 def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
     assert main([*SMOKE, "--set", override, "--out", str(tmp_path)]) == 2

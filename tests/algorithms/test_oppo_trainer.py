@@ -1,4 +1,5 @@
-"""OPPO's trainer (issue 6): jitted, vmappable, each update on its own parameters."""
+"""OPPO's trainer (issue 6): jitted, vmapped over seeds with the data as an argument, each update
+on its own parameters."""
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +28,23 @@ def pendulum():
 
 def test_train_is_jitted_and_vmapped_over_seeds_and_learns(pendulum):
     env, data, prefs = pendulum
-    train = jax.jit(jax.vmap(make_train(CFG, env, data, prefs)))
-    state, m = train(jax.random.split(jax.random.PRNGKey(0), 2))
+    train, oppo = make_train(CFG, env)
+    traces = []
+
+    def counted(rng, batch):
+        traces.append(1)
+        return train(rng, batch)
+
+    run = jax.jit(jax.vmap(counted, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    state, m = run(keys, oppo.prepare(data, prefs))
     assert m["loss"].shape == (2, CFG.steps) and m["eval_return"].shape == (2,)
+    np.testing.assert_array_equal(np.asarray(m["nonfinite"]), 0)
+    # another dataset of the same shape (the rows reversed) reuses the compiled program
+    flipped = {k: np.asarray(v)[::-1] for k, v in data.items()}
+    state_b, _ = run(keys, oppo.prepare(flipped, prefs))
+    assert len(traces) == 1
+    assert not np.allclose(state.z_star, state_b.z_star)
     for k in ("loss", "recon", "pref", "phi_norm", "z_loss"):
         assert np.isfinite(np.asarray(m[k])).all(), k
     assert (m["loss"][:, -10:].mean(1) < m["loss"][:, :10].mean(1)).all()
@@ -40,21 +55,22 @@ def test_train_is_jitted_and_vmapped_over_seeds_and_learns(pendulum):
 def test_z_star_moves_only_on_its_own_loss(pendulum):
     env, data, prefs = pendulum
     frozen_z = OPPOConfig(**{**CFG.__dict__, "z_lr": 0.0})
-    state, _ = jax.jit(make_train(frozen_z, env, data, prefs))(jax.random.PRNGKey(1))
-    init = make_train(frozen_z, env, data, prefs).oppo.init(jax.random.split(
-        jax.random.PRNGKey(1))[0])
+    train, frozen = make_train(frozen_z, env)
+    batch = frozen.prepare(data, prefs)
+    state, _ = jax.jit(train)(jax.random.PRNGKey(1), batch)
+    init = frozen.init(jax.random.split(jax.random.PRNGKey(1))[0], batch)
     np.testing.assert_array_equal(state.z_star, init.z_star)
 
     frozen_nets = OPPOConfig(**{**CFG.__dict__, "lr": 0.0, "z_lr": 0.05})
-    oppo = OPPO(frozen_nets, env, data, prefs)
-    s0 = oppo.init(jax.random.PRNGKey(3))
+    oppo = OPPO(frozen_nets, env)
+    s0 = oppo.init(jax.random.PRNGKey(3), batch)
     update = jax.jit(oppo.update)
     s = s0
     for _ in range(41):
-        s, _ = update(s)
+        s, _ = update(s, batch)
     jax.tree.map(np.testing.assert_array_equal, s.params, s0.params)  # lr 0: nets unchanged
-    phi = oppo.embed(s0.params, *[x for x in oppo._batch(jax.random.PRNGKey(4))[:2]])
-    _, _, _, label = oppo._batch(jax.random.PRNGKey(4))
+    obs, feats, _, label = oppo._batch(jax.random.PRNGKey(4), batch)
+    phi = oppo.embed(s0.params, obs, feats)
     before = oppo_preference_loss(s0.z_star, phi[:, 0], phi[:, 1], label)[0]
     after = oppo_preference_loss(s.z_star, phi[:, 0], phi[:, 1], label)[0]
     assert float(after) < float(before)
@@ -67,7 +83,8 @@ def test_discrete_actions_and_tied_preferences():
                    num_envs=2, num_steps=50, epsilon=0.3)
     prefs = make_preferences(jax.random.PRNGKey(1), data, num_pairs=32, length=5)
     assert (np.asarray(prefs["label"]) == 0.5).all()
-    state, m = jax.jit(make_train(CFG, env, data, prefs))(jax.random.PRNGKey(0))
+    train, oppo = make_train(CFG, env)
+    state, m = jax.jit(train)(jax.random.PRNGKey(0), oppo.prepare(data, prefs))
     assert float(np.max(m["pref"])) == 0.0 and float(np.max(m["pref_used_frac"])) == 0.0
     assert float(m["recon"][-10:].mean()) < float(m["recon"][:10].mean())
     assert 0 < float(m["eval_return"]) <= 500
@@ -98,9 +115,10 @@ def test_evaluate_policy_matches_a_single_env_loop():
 
 def test_bad_preferences_name_the_field(pendulum):
     env, data, prefs = pendulum
+    oppo = OPPO(CFG, env)
     with pytest.raises(ValueError, match=r"prefs: 'starts' must be \[P, 2\]"):
-        OPPO(CFG, env, data, {"starts": prefs["starts"][:, :1], "label": prefs["label"]})
+        oppo.prepare(data, {"starts": prefs["starts"][:, :1], "label": prefs["label"]})
     with pytest.raises(ValueError, match="runs past the 160 rows"):
-        OPPO(CFG, env, data, {"starts": jnp.array([[0, 158]]), "label": jnp.ones(1)})
+        oppo.prepare(data, {"starts": jnp.array([[0, 158]]), "label": jnp.ones(1)})
     with pytest.raises(ValueError, match="steps must be >= 1"):
         OPPOConfig(steps=0)

@@ -35,7 +35,8 @@ def test_cartpole_return_goes_up_for_two_seeds():
 
 
 def test_vmapped_seeds_equal_single_runs_and_differ_from_each_other():
-    train = make_train(SMALL)
+    train, ppo = make_train(SMALL)
+    assert isinstance(ppo, PPO) and ppo.config == SMALL
     keys = seed_keys([3, 4])
     _, batched = jax.jit(jax.vmap(train))(keys)
     _, single = jax.jit(train)(keys[1])
@@ -43,11 +44,30 @@ def test_vmapped_seeds_equal_single_runs_and_differ_from_each_other():
     assert not np.allclose(batched["value_loss"][0], batched["value_loss"][1])
 
 
+def test_updates_log_their_norms_and_a_nan_update_halts_the_run():
+    """Every minibatch update goes through core.train.apply_gradients: finite runs log the norms
+    and nonfinite == 0; a NaN loss (here a NaN entropy coefficient) is refused every time, so the
+    run keeps its initial parameters and counts epochs x minibatches refusals per iteration."""
+    train, ppo = make_train(SMALL)
+    run = jax.jit(train)
+    key = seed_keys([5])[0]
+    runner, m = run(key)
+    assert int(runner.step) == SMALL.num_updates  # the iteration counter
+    np.testing.assert_array_equal(np.asarray(m["nonfinite"]), 0)
+    assert (np.asarray(m["update_norm"]) > 0).all() and (np.asarray(m["param_norm"]) > 0).all()
+    broken, bm = run(key, {"ent_coef": jnp.nan})
+    per_iteration = SMALL.update_epochs * SMALL.num_minibatches
+    np.testing.assert_array_equal(np.asarray(bm["nonfinite"]), per_iteration)
+    init = ppo.init(jax.random.split(key)[1], SMALL.hparams())
+    jax.tree.map(np.testing.assert_array_equal, broken.params, init.params)
+    assert np.isfinite(jax.tree.leaves(broken.params)[0]).all()
+
+
 def test_grid_sweep_matches_runs_with_those_hyperparameters():
     points, metrics = sweep(SMALL, 2, {"lr": [1e-3, 1e-4], "clip_eps": [0.1]})
     assert points == [{"lr": 1e-3, "clip_eps": 0.1}, {"lr": 1e-4, "clip_eps": 0.1}]
     assert metrics["value_loss"].shape == (2, 2, SMALL.num_updates)
-    _, ref = jax.jit(make_train(dataclasses.replace(SMALL, lr=1e-4, clip_eps=0.1)))(
+    _, ref = jax.jit(make_train(dataclasses.replace(SMALL, lr=1e-4, clip_eps=0.1)).train)(
         seed_keys([1])[0]
     )
     np.testing.assert_allclose(metrics["value_loss"][1, 1], ref["value_loss"], rtol=2e-4)
@@ -80,7 +100,7 @@ def test_unknown_context_feature_is_rejected():
 
 def test_continuous_actions_on_pendulum_train_with_finite_losses():
     cfg = dataclasses.replace(SMALL, env="Pendulum-v1")
-    runner, metrics = jax.jit(make_train(cfg))(jax.random.key(0))
+    runner, metrics = jax.jit(make_train(cfg).train)(jax.random.key(0))
     assert runner.params["params"]["log_std"].shape == (1,)
     assert np.all(np.isfinite(np.asarray(metrics["policy_loss"])))
     assert np.all(np.asarray(metrics["episode_return"][~np.isnan(metrics["episode_return"])]) < 0)
@@ -136,7 +156,7 @@ def test_curriculum_runs_inside_the_jitted_vmapped_train():
     )
     instances = np.linspace(0.2, 1.5, 20, dtype=np.float32)[:, None]
     space = make_curriculum("space", instances, eta=1e9)  # always "stagnant": grows every check
-    train = make_train(cfg, space, eval_contexts=instances)
+    train, _ = make_train(cfg, space, eval_contexts=instances)
     _, metrics = jax.jit(jax.vmap(train))(seed_keys(2))
     sizes = np.asarray(metrics["curriculum/set_size"])
     np.testing.assert_array_equal(sizes[0], [1, 2, 3, 4, 5, 6])  # no growth at the first check
@@ -148,7 +168,7 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
                               context_sampler="uniform", context_width=0.2)
     contexts = np.array([[0.4], [0.6]], np.float32)
     straight, straight_ev = train_seeds(cfg, 2, eval_contexts=contexts)
-    _, ref = jax.jit(jax.vmap(make_train(cfg, eval_contexts=contexts)))(seed_keys(2))
+    _, ref = jax.jit(jax.vmap(make_train(cfg, eval_contexts=contexts).train))(seed_keys(2))
     np.testing.assert_allclose(straight["value_loss"], ref["value_loss"], rtol=2e-4)
     np.testing.assert_allclose(straight_ev, ref["eval_returns"], rtol=1e-5)
 

@@ -24,8 +24,8 @@ def pendulum():
     return env, data, prefs, held_out
 
 
-def _ranking_accuracy(model, params, prefs):
-    r = np.asarray(model.segment_returns(params, jnp.asarray(prefs["starts"])))
+def _ranking_accuracy(model, params, batch, prefs):
+    r = np.asarray(model.segment_returns(params, batch, jnp.asarray(prefs["starts"])))
     label = np.asarray(prefs["label"])
     strict = label != 0.5
     return np.mean((r[:, 0] > r[:, 1])[strict] == (label[strict] > 0.5))
@@ -33,40 +33,50 @@ def _ranking_accuracy(model, params, prefs):
 
 def test_reward_model_learns_to_rank_held_out_segments(pendulum):
     env, data, prefs, held_out = pendulum
-    train = make_train_reward(REWARD, env, data, prefs)
-    state, m = jax.jit(train)(jax.random.PRNGKey(0))
-    model = train.model
-    init = model.init(jax.random.PRNGKey(0))
+    train, model = make_train_reward(REWARD, env)
+    batch = model.prepare(data, prefs)
+    state, m = jax.jit(train)(jax.random.PRNGKey(0), batch)
+    init = model.init(jax.random.PRNGKey(0), batch)
     assert float(m["bt_loss"][-50:].mean()) < float(m["bt_loss"][:10].mean())
-    acc_before = _ranking_accuracy(model, init.params, held_out)
-    acc_after = _ranking_accuracy(model, state.params, held_out)
+    assert int(np.asarray(m["nonfinite"]).sum()) == 0
+    acc_before = _ranking_accuracy(model, init.params, batch, held_out)
+    acc_after = _ranking_accuracy(model, state.params, batch, held_out)
     assert acc_after > 0.85 and acc_after > acc_before + 0.1, (acc_before, acc_after)
-    learned = np.asarray(model.relabel(state.params))
+    learned = np.asarray(model.relabel(state.params, batch))
     assert np.corrcoef(learned, np.asarray(data["rewards"]))[0, 1] > 0.5
 
 
 def test_segment_returns_sum_the_relabelled_rewards(pendulum):
     env, data, prefs, _ = pendulum
-    model = make_train_reward(REWARD, env, data, prefs).model
-    params = model.init(jax.random.PRNGKey(3)).params
-    per_row = np.asarray(model.relabel(params))  # [N]
+    model = make_train_reward(REWARD, env).agent
+    batch = model.prepare(data, prefs)
+    params = model.init(jax.random.PRNGKey(3), batch).params
+    per_row = np.asarray(model.relabel(params, batch))  # [N]
     starts = np.asarray(prefs["starts"][:7])  # [7, 2]
     want = np.array([[per_row[s:s + K].sum() for s in pair] for pair in starts])
-    np.testing.assert_allclose(np.asarray(model.segment_returns(params, jnp.asarray(starts))),
-                               want, rtol=1e-5, atol=1e-5)
+    got = model.segment_returns(params, batch, jnp.asarray(starts))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
 def test_reward_then_iql_is_one_vmapped_program(pendulum):
     env, data, prefs, _ = pendulum
     small = RewardModelConfig(segment_length=K, hidden=(16,), batch_pairs=8, steps=20)
-    train = make_train(small, IQLConfig(hidden=(16,), batch_size=32, steps=20, eval_episodes=2),
-                       env, data, prefs)
-    (r_state, agent_state), m = jax.jit(jax.vmap(train))(jax.random.split(
-        jax.random.PRNGKey(0), 2))
+    train, agent = make_train(small, IQLConfig(hidden=(16,), batch_size=32, steps=20,
+                                               eval_episodes=2), env)
+    batch = agent.prepare(data, prefs)
+    (r_state, agent_state), m = jax.jit(jax.vmap(train, in_axes=(0, None)))(
+        jax.random.split(jax.random.PRNGKey(0), 2), batch)
     assert m["bt_loss"].shape == (2, 20) and m["q_loss"].shape == (2, 20)
     assert m["eval_return"].shape == (2,) and m["reward_corr"].shape == (2,)
     assert np.all(np.abs(np.asarray(m["reward_corr"])) <= 1.0)
     assert int(agent_state.step[0]) == 20 and int(r_state.step[1]) == 20
+    # the two nonfinite counts keep apart: the reward model's and IQL's
+    assert m["reward_nonfinite"].shape == (2, 20) and m["nonfinite"].shape == (2, 20)
+    # reward_corr is the Pearson correlation of the relabelled and the true rewards
+    r_params = jax.tree.map(lambda x: x[1], r_state.params)
+    learned = np.asarray(agent.reward_model.relabel(r_params, batch[0]))
+    want = np.corrcoef(learned, np.asarray(data["rewards"]))[0, 1]
+    np.testing.assert_allclose(float(m["reward_corr"][1]), want, rtol=1e-4)
 
 
 @pytest.mark.parametrize("prefs_of, message", [
@@ -78,4 +88,4 @@ def test_reward_then_iql_is_one_vmapped_program(pendulum):
 def test_bad_preferences_are_one_line_errors(pendulum, prefs_of, message):
     env, data, prefs, _ = pendulum
     with pytest.raises(ValueError, match=message):
-        make_train_reward(REWARD, env, data, prefs_of(prefs))
+        make_train_reward(REWARD, env).agent.prepare(data, prefs_of(prefs))

@@ -121,10 +121,12 @@ def test_only_elmur_carries_information_across_segments():
 def test_train_is_vmappable_and_lowers_the_loss():
     task = tmaze_task(1, 10, segment_len=4)
     cfg = RCBCConfig(num_episodes=32, batch_size=8, num_updates=60, log_every=20, lr=3e-3)
-    train = make_train(cfg, PolicyConfig(arch="elmur", elmur=SMALL), task)
+    train, policy = make_train(cfg, PolicyConfig(arch="elmur", elmur=SMALL), task)
+    assert isinstance(policy, SeqPolicy) and policy.cfg.arch == "elmur"
     params, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
     loss = np.asarray(metrics["loss"])
     assert loss.shape == (2, 3)
+    np.testing.assert_array_equal(np.asarray(metrics["nonfinite"]), 0)  # [2, 3] blocks
     assert (loss[:, -1] < 0.5 * loss[:, 0]).all(), loss
     np.testing.assert_allclose(np.asarray(metrics["data_return"]), 1.0)
     assert jax.tree.leaves(params)[0].shape[0] == 2

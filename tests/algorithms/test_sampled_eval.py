@@ -1,4 +1,5 @@
-"""LMTrainer.evaluate_sampled: pass@k / maj@k bookkeeping over n samples per prompt."""
+"""LMTrainer.evaluate_sampled (pass@k / maj@k over n samples per prompt) and the trainers'
+samplers: injected `Sampler` objects, one compiled program across temperatures."""
 
 from types import SimpleNamespace
 
@@ -12,9 +13,10 @@ from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.sampling import KVCacheSampler
 
 
-def test_evaluate_sampled_groups_samples_per_prompt(monkeypatch):
+def test_evaluate_sampled_groups_samples_per_prompt():
     tok, task = load_tokenizer(), ArithmeticTask(digits=1)
     examples = task.examples("test", 0, 3)
     right = [task.solution(e) for e in examples]
@@ -24,22 +26,23 @@ def test_evaluate_sampled_groups_samples_per_prompt(monkeypatch):
         "junk", "<answer>-7</answer>", "junk", "junk",                   # c = 0
         right[2], right[2], right[2], right[2],                          # c = 4
     ]
-    calls = []
+    calls, settings = [], []
 
-    def fake_sampler(params, prompt, prompt_mask, rng):  # serves the planned texts in order
-        start = sum(calls)
+    def fake_sampler(params, prompt, prompt_mask, rng, *, temperature=None, top_p=None):
+        start = sum(calls)  # serves the planned texts in order
         calls.append(prompt.shape[0])
+        settings.append((temperature, top_p))
         texts = (planned + ["junk"] * 8)[start : start + prompt.shape[0]]
         ids, mask = tok.encode_batch(texts, 24, side="right", add_eos=True)
         return SimpleNamespace(tokens=jnp.asarray(ids), mask=jnp.asarray(mask))
 
-    monkeypatch.setattr(grpo, "_temperature_sampler", lambda *a: fake_sampler)
     model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
     trainer = grpo.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
-                             max_new_tokens=24)
-    got = trainer.evaluate_sampled(None, examples, n=4, ks=[1, 2, 4], temperature=1.0,
-                                   batch_size=5, rng=jax.random.key(0))
+                             max_new_tokens=24, eval_sampler=fake_sampler)
+    got = trainer.evaluate_sampled(None, examples, n=4, ks=[1, 2, 4], temperature=0.7,
+                                   top_p=0.9, batch_size=5, rng=jax.random.key(0))
     assert calls == [5, 5, 5]  # 12 rows in fixed-size batches, the last one padded
+    assert settings == [(0.7, 0.9)] * 3  # the call's settings reach the sampler
     assert got["pass@1"] == pytest.approx((0.25 + 0 + 1) / 3)
     assert got["pass@2"] == pytest.approx((0.5 + 0 + 1) / 3)  # 1 - C(3,2)/C(4,2) = 0.5
     assert got["pass@4"] == pytest.approx((1 + 0 + 1) / 3)
@@ -52,17 +55,51 @@ def test_evaluate_sampled_groups_samples_per_prompt(monkeypatch):
                                  rng=jax.random.key(0))
 
 
-def test_evaluate_sampled_runs_the_real_sampler():
+def test_evaluate_sampled_runs_the_real_sampler_one_compile_per_shape():
     tok, task = load_tokenizer(), ArithmeticTask(digits=1)
     model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 8), np.int32))
     trainer = grpo.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
                              max_new_tokens=6)
-    got = trainer.evaluate_sampled(params, task.examples("test", 0, 3), n=2, ks=[1, 2],
-                                   temperature=1.0, batch_size=4, rng=jax.random.key(1))
-    assert set(got) == {"pass@1", "pass@2", "maj@1", "maj@2", "length"}
-    assert 0 <= got["pass@1"] <= got["pass@2"] <= 1
-    assert 0 < got["length"] <= 6
+    assert isinstance(trainer.eval_sampler, KVCacheSampler) and trainer.greedy_sampler.greedy
+    for temperature, top_p in [(1.0, 1.0), (0.6, 0.9), (1.4, 1.0)]:
+        got = trainer.evaluate_sampled(params, task.examples("test", 0, 3), n=2, ks=[1, 2],
+                                       temperature=temperature, top_p=top_p, batch_size=4,
+                                       rng=jax.random.key(1))
+        assert set(got) == {"pass@1", "pass@2", "maj@1", "maj@2", "length"}
+        assert 0 <= got["pass@1"] <= got["pass@2"] <= 1
+        assert 0 < got["length"] <= 6
+    # temperature and top_p are traced: a new setting reuses the trainer's compiled sampler
+    assert trainer.eval_sampler._generate._cache_size() == 1
+
+
+def test_grpo_trainer_samples_with_the_given_sampler():
+    tok, task = load_tokenizer(), ArithmeticTask(digits=1)
+    model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
+    cfg = grpo.GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=6, temperature=0.8,
+                          top_k=5, top_p=0.9)
+    default = grpo.GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
+    s = default.sampler
+    assert (s.temperature, s.top_k, s.top_p, s.max_new_tokens) == (0.8, 5, 0.9, 6)
+    assert (s.eos_id, s.pad_id, s.greedy) == (tok.eos_id, tok.pad_id, False)
+    seen = []
+
+    def sampler(params, prompt, prompt_mask, rng, **settings):  # the real one, recorded
+        seen.append((prompt.shape, rng))
+        return s(params, prompt, prompt_mask, rng, **settings)
+
+    trainer = grpo.GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8,
+                               sampler=sampler, greedy_sampler=default.greedy_sampler)
+    assert trainer.greedy_sampler is default.greedy_sampler  # shared: compiled once
+    params = model.init(jax.random.PRNGKey(0), np.zeros((1, 8), np.int32))
+    state = trainer.init_state(params, jax.random.key(0))
+    key = jax.random.key(3)
+    seq, old_logp, rewards, _ = trainer.rollout(state, task.examples("train", 0, 2), key=key)
+    assert len(seen) == 1 and seen[0][0] == (4, 8) and seen[0][1] is key
+    ref = s(state.params, seq.prompt, seq.prompt_mask, key)  # the same draw
+    np.testing.assert_array_equal(seq.completion, ref.tokens)
+    np.testing.assert_array_equal(old_logp, ref.logprobs)
+    assert rewards.shape == (2, 2)
 
 
 def test_grpo_arithmetic_reports_sampled_pass_and_maj_at_k(tmp_path):
@@ -75,11 +112,14 @@ def test_grpo_arithmetic_reports_sampled_pass_and_maj_at_k(tmp_path):
             "--set", "eval.samples=2", "--set", "eval.ks=[1,2]",
             "--set", "eval.sampled_examples=4", "--set", "eval.every=1"]
     assert main(argv) == 0
-    final = json.loads((out / "summary.json").read_text())["grpo_sampled_eval"]
-    assert set(final) == {"eval_pass@1", "eval_pass@2", "eval_maj@1", "eval_maj@2"}
-    assert 0 <= final["eval_pass@1"] <= final["eval_pass@2"] <= 1
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    final = json.loads((out / "runs" / "grpo_s0" / "result.json").read_text())["sampled"]
+    assert set(final) == {"pass@1", "pass@2", "maj@1", "maj@2", "length"}
+    assert 0 <= final["pass@1"] <= final["pass@2"] <= 1
+    lines = (out / "runs" / "grpo_s0" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     assert any("eval_maj@2" in r and r["stage"] == "grpo" for r in records)  # periodic
+    last = records[-1]
+    assert last["stage"] == "final" and last["eval_pass@2"] == final["pass@2"]
 
 
 def test_sampled_eval_settings_are_checked(tmp_path, capsys):
@@ -109,6 +149,8 @@ def test_cli_eval_scores_a_run_checkpoint(tmp_path, capsys):
     assert main(["eval", str(out), "--stage", "sft", "--samples", "2", "--ks", "1",
                  "--examples", "4"]) == 0
     assert json.loads((out / "eval_sft.json").read_text())["stage"] == "sft"
+    assert main(["eval", str(out), "--seed", "5", "--samples", "2", "--ks", "1"]) == 2
+    assert "--seed 5 is not one of run.seeds [0]" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

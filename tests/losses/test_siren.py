@@ -1,5 +1,6 @@
 """SIREN's top-p entropy, peak-entropy mask and self-anchored regulariser; the naive bonus."""
 
+import functools
 import math
 
 import jax
@@ -9,6 +10,7 @@ import pytest
 
 from jaxrl_suite.losses.common import token_entropy as entropy
 from jaxrl_suite.losses.siren import (
+    REGULARIZERS,
     naive_entropy_bonus,
     peak_entropy_mask,
     siren_regularizer,
@@ -165,3 +167,27 @@ def test_siren_ignores_the_zero_top_p_entropy_ties():
     assert (h_p == 0).sum() == 4 and (h_p[[4, 5]] > 0).all()
     assert float(metrics["masked_fraction"]) == pytest.approx(2 / 6)
     assert float(metrics["siren_entropy"]) == pytest.approx(h_p[[4, 5]].mean(), rel=1e-5)
+
+
+def test_registered_regularizers_share_one_signature_and_log_their_penalty():
+    assert REGULARIZERS.names() == ["naive", "none", "siren"]
+    rng = np.random.default_rng(6)
+    logits = jnp.asarray(rng.normal(size=(2, 5, 7)) * 1.5, jnp.float32)
+    mask = jnp.asarray([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], jnp.float32)
+    kw = dict(coef=0.3, top_p=0.8, quantile=0.5, anchor=0.4)
+    out = {name: jax.jit(functools.partial(REGULARIZERS.get(name), **kw))(logits, mask)
+           for name in REGULARIZERS}
+    penalty, metrics = out["none"]
+    assert float(penalty) == 0.0 and metrics == {}
+    want, _ = naive_entropy_bonus(logits, mask, coef=0.3)
+    penalty, metrics = out["naive"]
+    assert float(penalty) == pytest.approx(float(want)) and set(metrics) == {"entropy_reg"}
+    assert float(metrics["entropy_reg"]) == float(penalty) < 0
+    want, want_metrics = siren_regularizer(logits, mask, top_p=0.8, quantile=0.5, anchor=0.4,
+                                           coef=0.3)
+    penalty, metrics = out["siren"]
+    assert float(penalty) == pytest.approx(float(want)) and float(penalty) > 0
+    assert set(metrics) == {"entropy_reg", "top_p_entropy", "siren_entropy", "masked_fraction",
+                            "anchor"}  # the full entropy is the trainer's own metric
+    for k in ("siren_entropy", "masked_fraction", "anchor"):
+        assert float(metrics[k]) == pytest.approx(float(want_metrics[k])), k

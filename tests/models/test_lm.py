@@ -209,3 +209,105 @@ def test_cache_requires_index():
     params = _params(cfg)
     with pytest.raises(ValueError, match="cache_index"):
         CausalLM(cfg).apply(params, jnp.ones((1, 2), jnp.int32), cache=init_cache(cfg, 1, 4))
+
+
+# Per-row cache positions: rows of one batch written and read at different slots.
+
+
+def _stale_cache(cfg, batch, slots, seed=0):
+    """A KVCache of random finite values: stale slots that the key mask and causality hide."""
+    cache = init_cache(cfg, batch, slots)
+    keys = jax.random.split(jax.random.key(seed), 2 * cfg.n_layers)
+    fill = lambda bufs, ks: tuple(
+        jax.random.normal(k, b.shape) for b, k in zip(bufs, ks, strict=True)
+    )
+    return cache._replace(k=fill(cache.k, keys[::2]), v=fill(cache.v, keys[1::2]))
+
+
+def _assert_caches(a, b, equal):
+    for x, y in zip((*a.k, *a.v), (*b.k, *b.v), strict=True):
+        if equal:
+            np.testing.assert_array_equal(x, y)
+        else:
+            np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_per_row_equal_indices_are_bitwise_the_shared_scalar_index(t):
+    cfg = CONFIGS["gqa_untied_bias"]
+    params, apply = _params(cfg), _apply(cfg)
+    b, p, s = 3, 5, 12
+    prompt, prompt_mask = _left_padded(jax.random.key(5), [5, 3, 1], p, cfg.vocab_size)
+    key_mask = jnp.concatenate([prompt_mask, jnp.ones((b, s - p), bool)], axis=1)  # [B, S]
+    _, cache = apply(params, prompt, _positions(prompt_mask), key_mask,
+                     _stale_cache(cfg, b, s), jnp.int32(0))
+    new = jax.random.randint(jax.random.key(6), (b, t), 2, cfg.vocab_size)
+    pos = prompt_mask.sum(1, keepdims=True) + jnp.arange(t)  # [B, T]
+    for positions in (pos, None):  # explicit RoPE positions, and the default (the slots)
+        scalar = apply(params, new, positions, key_mask, cache, jnp.int32(p))
+        per_row = apply(params, new, positions, key_mask, cache, jnp.full((b,), p, jnp.int32))
+        np.testing.assert_array_equal(per_row[0], scalar[0])
+        _assert_caches(per_row[1], scalar[1], equal=True)
+
+
+def _decode_rows(cfg, params, tokens, offsets, prompt_len, cache):
+    """Prefill tokens[:, :prompt_len] at slots offsets[b]..., then feed the rest one token per
+    call (per-row cache_index when `offsets` is a vector). Returns (logits [B, T, V], cache)."""
+    apply, (b, t) = _apply(cfg), tokens.shape
+    offsets = jnp.asarray(offsets, jnp.int32)
+    slots = jnp.arange(cache.cache_len)
+    key_mask = jnp.broadcast_to(slots >= offsets[..., None], (b, cache.cache_len))  # [B, S]
+    pos = jnp.broadcast_to(jnp.arange(t), (b, t))  # RoPE positions count from each row's start
+    logits, cache = apply(params, tokens[:, :prompt_len], pos[:, :prompt_len], key_mask, cache,
+                          offsets)
+    out = [logits]
+    for i in range(prompt_len, t):
+        logits, cache = apply(params, tokens[:, i : i + 1], pos[:, i : i + 1], key_mask, cache,
+                              offsets + i)
+        out.append(logits)
+    return jnp.concatenate(out, axis=1), cache
+
+
+def test_rows_at_different_offsets_equal_each_row_decoded_alone():
+    cfg = CONFIGS["gqa_untied_bias"]
+    params = _params(cfg)
+    offsets, p, t, s = np.array([0, 3, 6]), 4, 7, 16
+    tokens = jax.random.randint(jax.random.key(7), (3, t), 2, cfg.vocab_size)
+    stale = _stale_cache(cfg, 3, s)
+    logits, cache = _decode_rows(cfg, params, tokens, offsets, p, stale)
+    for b, start in enumerate(offsets):
+        alone, alone_cache = _decode_rows(cfg, params, tokens[b : b + 1], 0, p,
+                                          init_cache(cfg, 1, s))
+        np.testing.assert_allclose(logits[b], alone[0], atol=1e-5)
+        written = slice(start, start + t)
+        for buf, ref, old in zip((*cache.k, *cache.v), (*alone_cache.k, *alone_cache.v),
+                                 (*stale.k, *stale.v), strict=True):
+            np.testing.assert_allclose(buf[b, :, written], ref[0, :, :t], atol=1e-5)
+            untouched = np.r_[0:start, start + t : s]  # the row's other slots keep their values
+            np.testing.assert_array_equal(buf[b, :, untouched], old[b, :, untouched])
+    assert not np.allclose(logits[0], logits[1], atol=1e-2)  # the rows really differ
+
+
+@pytest.mark.parametrize("offsets", [0, np.array([0, 2, 5])], ids=["scalar", "per_row"])
+def test_multi_token_cached_call_equals_single_token_calls(offsets):
+    # A drafter's verification pass: k tokens in one cached call vs k one-token calls.
+    cfg = CONFIGS["gqa_untied_bias"]
+    params, apply = _params(cfg), _apply(cfg)
+    p, k, s = 4, 3, 12
+    tokens = jax.random.randint(jax.random.key(8), (3, p + k), 2, cfg.vocab_size)
+    one_by_one, cache_a = _decode_rows(cfg, params, tokens, offsets, p, _stale_cache(cfg, 3, s))
+    _, cache = _decode_rows(cfg, params, tokens[:, :p], offsets, p, _stale_cache(cfg, 3, s))
+    idx = jnp.asarray(offsets, jnp.int32)
+    key_mask = jnp.broadcast_to(jnp.arange(s) >= idx[..., None], (3, s))
+    pos = jnp.broadcast_to(jnp.arange(p, p + k), (3, k))
+    at_once, cache_b = apply(params, tokens[:, p:], pos, key_mask, cache, idx + p)
+    # Not bitwise: the [B, k] and [B, 1] matmuls round differently on XLA:CPU.
+    np.testing.assert_allclose(at_once, one_by_one[:, p:], atol=1e-5, rtol=0)
+    _assert_caches(cache_b, cache_a, equal=False)
+
+
+def test_bad_cache_index_shape_raises():
+    cfg = TINY
+    with pytest.raises(ValueError, match="cache_index"):
+        CausalLM(cfg).apply(_params(cfg), jnp.ones((2, 1), jnp.int32), cache=init_cache(cfg, 2, 4),
+                            cache_index=jnp.zeros((3,), jnp.int32))

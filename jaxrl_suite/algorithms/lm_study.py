@@ -1,0 +1,400 @@
+"""The kit every LM experiment is built from: shared config sections, `build_lm`, and `LMStudy`.
+
+An LM experiment is a `Config` of these sections, a dict of variants and a result table:
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        task: TaskConfig = TaskConfig(name="countdown", prompt_len=14)
+        model: ModelConfig = ModelConfig()
+        sft: SFTConfig = SFTConfig()
+        grpo: GRPOConfig = GRPOConfig()
+        eval: EvalConfig = EvalConfig()
+        run: RunConfig = RunConfig(seeds=(0, 1, 2))
+
+    def run(cfg, opts):
+        study = LMStudy(NAME, cfg, opts, variants=("plain", "gspo"))
+        sft = study.shared_sft()                          # one SFT checkpoint for every run
+        def train(variant, seed, sft):
+            trainer = study.grpo(dataclasses.replace(cfg.grpo, policy_loss=variant), sft.params)
+            state = study.fit(trainer, trainer.init_state(sft.params, study.grpo_key(seed)),
+                              variant, seed)
+            return study.evaluate(trainer, state.params)
+        results = study.run(train, sft)
+        ...
+
+Every LM experiment takes every registered task (`task.name`, built through `envs.text.TASKS`,
+gsm8k and jsonl included) and a local Hugging Face checkpoint (`model.hf_path`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+from jaxrl_suite.algorithms.loop import fit_resumable, open_run_log
+from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
+from jaxrl_suite.core.config import ConfigError
+from jaxrl_suite.core.experiment import EvalOptions, RunOptions
+from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
+from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.study import Study, check_seeds
+from jaxrl_suite.envs.text import TASKS, Task
+from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
+from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
+from jaxrl_suite.models import CausalLM
+from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
+from jaxrl_suite.sampling import KVCacheSampler
+
+# Task options, passed to the task when set (None = the task's own default). A generator option
+# that the task does not take is left out (a YAML written for one task runs another with
+# --set task.name=...); a data option it does not take is a one-line error.
+_GENERATOR_OPTIONS = ("digits", "num_numbers", "max_number", "max_target", "graded", "num_items",
+                      "max_value")
+_DATA_OPTIONS = ("data_dir", "path", "test_path")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    name: str = "arithmetic"  # a registered text task (jaxrl_suite.envs.text.TASKS), e.g. gsm8k
+    prompt_len: int = 16  # prompts are left-padded to this many tokens
+    seed: int = 0  # the task generator's / dataset order's seed (train and test are disjoint)
+    digits: int | None = None  # arithmetic: operand digits
+    num_numbers: int | None = None  # countdown: numbers in the prompt
+    max_number: int | None = None  # countdown: numbers are drawn from 1..max_number
+    max_target: int | None = None  # countdown: targets lie in 1..max_target
+    graded: bool | None = None  # countdown: partial credit for a valid expression that misses
+    num_items: int | None = None  # sort: numbers per list
+    max_value: int | None = None  # sort: numbers lie in 0..max_value
+    data_dir: str | None = None  # TFDS tasks (gsm8k, ag_news, imdb, trivia_qa, nq_open): data dir
+    path: str | None = None  # jsonl: the local file of {"prompt": ..., "answer": ...} lines
+    test_path: str | None = None  # jsonl: a held-out file (default: a hash split of `path`)
+
+    def build(self) -> Task:
+        """The task `name` with the options of this section that are set (one-line errors)."""
+        cls = TASKS.get(self.name)
+        takes = {f.name for f in dataclasses.fields(cls)}  # every task is a dataclass
+        kwargs = {"seed": self.seed} if "seed" in takes else {}
+        for k in _GENERATOR_OPTIONS + _DATA_OPTIONS:
+            value = getattr(self, k)
+            if value is not None and k not in takes and k in _DATA_OPTIONS:
+                raise ConfigError(f"config field 'task.{k}' does not apply to task {self.name!r}")
+            if value is not None and k in takes:
+                kwargs[k] = value
+        try:
+            task = cls(**kwargs)
+            if isinstance(task, DatasetTask):  # open the data now: a bad path stops here
+                task.size("train"), task.size("test")
+        except (TypeError, ValueError, FileNotFoundError, ImportError) as e:
+            raise ConfigError(f"config section 'task' ({self.name}): {e}") from None
+        return task
+
+    @property
+    def title(self) -> str:
+        return f"{self.digits}-digit addition" if self.name == "arithmetic" else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    num_examples: int = 256  # held-out prompts for greedy accuracy
+    batch_size: int = 128  # rows per evaluation batch
+    every: int = 0  # also evaluate every this many training steps (0 = only at the end)
+    samples: int = 0  # n sampled completions per prompt for pass@k / maj@k (0 = greedy only)
+    ks: tuple[int, ...] = (1,)  # k of pass@k and maj@k (each <= samples)
+    temperature: float = 1.0  # sampling temperature of the sampled evaluation
+    sampled_examples: int | None = None  # prompts of the sampled evaluation (None = all)
+
+    def __post_init__(self):
+        if self.samples and not (self.ks and all(1 <= k <= self.samples for k in self.ks)):
+            raise ValueError(f"eval.ks={list(self.ks)} must lie in 1..eval.samples={self.samples}")
+        if self.temperature <= 0:
+            raise ValueError(f"eval.temperature must be positive, got {self.temperature}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    seeds: tuple[int, ...] = (0,)  # one run per seed of each variant; a shared start (e.g. the
+    # SFT checkpoint every variant starts from) is seeded with the first
+    tokenizer: str = "byt5"  # "byt5" (bytes, no files) or a local HF tokenizer dir (model.hf_path
+    # brings its own tokenizer, which replaces this one)
+    num_devices: int | None = None  # devices on the "data" mesh axis (None = all)
+    checkpoint_every: int = 50  # save every this many steps of each stage
+    keep_checkpoints: int = 2  # keep the last this many checkpoints per stage
+
+    def __post_init__(self):
+        check_seeds(self.seeds)
+
+
+class Keys(NamedTuple):
+    init: jax.Array  # model init
+    sft: jax.Array  # SFT state RNG
+    grpo: jax.Array  # RL state RNG
+
+
+def seed_keys(seed: int) -> Keys:
+    """The keys of one seed: split(PRNGKey(seed), 3)."""
+    return Keys(*jax.random.split(jax.random.PRNGKey(seed), 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class LM:
+    """What `build_lm` returns: the model, its initial params, tokenizer, task and mesh."""
+
+    model: CausalLM
+    params: Any  # initial params: the HF checkpoint's, or a fresh init with the first seed
+    tokenizer: Tokenizer
+    task: Task
+    mesh: Any
+    pretrained: bool  # params come from model.hf_path (the same for every seed)
+
+    def init_params(self, seed: int):
+        """The initial params of `seed` (a pretrained checkpoint's for every seed)."""
+        if self.pretrained:
+            return self.params
+        prompt_len = 1
+        return self.model.init(seed_keys(seed).init, jnp.zeros((1, prompt_len), jnp.int32))
+
+
+def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256) -> None:
+    """Prompts must fit `task.prompt_len` and solutions + EOS `grpo.max_new_tokens`."""
+    examples = task.examples("train", 0, n) + task.examples("test", 0, n)
+    longest_prompt = max(len(tokenizer.encode(e.prompt)) for e in examples)
+    longest_solution = max(len(tokenizer.encode(task.solution(e))) + 1 for e in examples)
+    for field, need, have in (("task.prompt_len", longest_prompt, cfg.task.prompt_len),
+                              ("grpo.max_new_tokens", longest_solution, cfg.grpo.max_new_tokens)):
+        if need > have:
+            raise ConfigError(f"config field '{field}' is {have} but this task needs {need} tokens")
+
+
+def check_batches(cfg, n_devices: int) -> None:
+    """Training batches split evenly over the devices, and GRPO's prompts over the processes.
+
+    (Evaluation rounds its batch to a multiple of the device count itself.)
+    """
+    rows = {"sft.batch_size": cfg.sft.batch_size,
+            "grpo.prompts_per_step": cfg.grpo.prompts_per_step * cfg.grpo.group_size}
+    for field, n in rows.items():
+        if n % n_devices:
+            raise ConfigError(f"config field '{field}' gives {n} rows per batch, which does not "
+                              f"divide evenly over {n_devices} devices")
+    if cfg.grpo.prompts_per_step % jax.process_count():
+        raise ConfigError(f"config field 'grpo.prompts_per_step' must divide by the "
+                          f"{jax.process_count()} processes")
+
+
+def build_lm(cfg, task: Task | None = None) -> LM:
+    """Tokenizer, task, mesh, model and initial params of an LM experiment's `cfg`.
+
+    The params are a fresh init of `cfg.model` with the first of `cfg.run.seeds`, or the weights
+    (and the tokenizer) of the local Hugging Face checkpoint `cfg.model.hf_path` when set. `cfg`
+    needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
+    `task` defaults to the one `cfg.task` names.
+    """
+    if cfg.model.hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
+        try:
+            model_cfg, params, tokenizer = load_hf_checkpoint(cfg.model.hf_path,
+                                                              dtype=cfg.model.dtype)
+        except (FileNotFoundError, HFCheckpointError) as e:
+            raise ConfigError(f"config field 'model.hf_path': {e}") from None
+    else:
+        model_cfg, params = cfg.model.lm_config(), None
+        tokenizer = load_tokenizer(cfg.run.tokenizer)
+    if model_cfg.vocab_size < tokenizer.vocab_size:
+        raise ConfigError(
+            f"config field 'model.vocab_size' ({model_cfg.vocab_size}) is smaller than the "
+            f"tokenizer's vocabulary ({tokenizer.vocab_size})"
+        )
+    task = cfg.task.build() if task is None else task
+    _check_lengths(task, tokenizer, cfg)
+    mesh = make_mesh(cfg.run.num_devices)
+    check_batches(cfg, int(mesh.devices.size))
+    lm = LM(CausalLM(model_cfg), params, tokenizer, task, mesh, pretrained=params is not None)
+    if params is None:
+        lm = dataclasses.replace(lm, params=lm.init_params(cfg.run.seeds[0]))
+    return lm
+
+
+class LMStudy(Study):
+    """A `Study` of LM runs: trainers on the shared model, resumable stages, evaluation."""
+
+    def __init__(self, name: str, cfg, opts: RunOptions, *, variants: Sequence[str],
+                 task: Task | None = None):
+        super().__init__(name, opts, variants, cfg.run.seeds)
+        self.cfg = cfg
+        self.lm = build_lm(cfg, task)
+        self.held_out = self.lm.task.examples("test", 0, cfg.eval.num_examples)
+        self._samplers: dict[tuple, KVCacheSampler] = {}  # one compiled program per setting
+        self.write_config(cfg)
+
+    def sampler(self, *, greedy: bool = False, top_k: int = 0, temperature: float = 1.0,
+                top_p: float = 1.0) -> KVCacheSampler:
+        """The study's KV-cache sampler for these settings, shared by all its trainers (so each
+        compiles once per study, not once per trainer)."""
+        key = (greedy, top_k, temperature, top_p)
+        if key not in self._samplers:
+            tok = self.lm.tokenizer
+            self._samplers[key] = KVCacheSampler(
+                self.lm.model, max_new_tokens=self.cfg.grpo.max_new_tokens, eos_id=tok.eos_id,
+                pad_id=tok.pad_id, greedy=greedy, top_k=top_k, temperature=temperature,
+                top_p=top_p)
+        return self._samplers[key]
+
+    def _eval_samplers(self) -> dict:
+        return {"greedy_sampler": self.sampler(greedy=True), "eval_sampler": self.sampler()}
+
+    @property
+    def start_seed(self) -> int:
+        return self.seeds[0]
+
+    def grpo_key(self, seed: int) -> jax.Array:
+        """A run's RL key when every run starts from the shared start (of the first seed)."""
+        return jax.random.fold_in(seed_keys(self.start_seed).grpo, seed)
+
+    # ---- trainers on the shared model ----
+    def sft_trainer(self, task: Task | None = None) -> SFTTrainer:
+        c = self.cfg
+        return SFTTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, c.sft,
+                          mesh=self.lm.mesh, prompt_len=c.task.prompt_len,
+                          max_new_tokens=c.grpo.max_new_tokens, **self._eval_samplers())
+
+    def grpo_trainer(self, config: GRPOConfig, ref_params, task: Task | None = None
+                     ) -> GRPOTrainer:
+        if config.max_new_tokens != self.cfg.grpo.max_new_tokens:
+            raise ValueError("every GRPO variant of a study shares grpo.max_new_tokens")
+        rollout = self.sampler(top_k=config.top_k, temperature=config.temperature,
+                               top_p=config.top_p)
+        return GRPOTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, config,
+                           mesh=self.lm.mesh, prompt_len=self.cfg.task.prompt_len,
+                           ref_params=ref_params, sampler=rollout, **self._eval_samplers())
+
+    # ---- resumable stages ----
+    def fit(self, trainer, init, *, stage: str, num_steps: int, checkpoint_dir: Path,
+            logger: MetricsLogger, step_offset: int = 0, postfix: Sequence[str] = ("loss",),
+            callback: Callable | None = None):
+        """One resumable stage (`algorithms.loop.fit_resumable`) with this study's settings."""
+        r = self.cfg.run
+        return fit_resumable(
+            trainer, init, stage=stage, num_steps=num_steps, checkpoint_dir=checkpoint_dir,
+            logger=logger, save_every=r.checkpoint_every, keep=r.keep_checkpoints,
+            resume=self.opts.resume, step_offset=step_offset, progress=self.opts.progress,
+            postfix=postfix, callback=callback)
+
+    def log(self, log_dir: Path, stages: Sequence[tuple[Path, int]]) -> MetricsLogger:
+        """The metrics log of a run whose stages checkpoint in `stages` [(dir, step offset)]."""
+        return open_run_log(log_dir, stages, resume=self.opts.resume,
+                            tensorboard=self.opts.tensorboard)
+
+    def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
+            task: Task | None = None):
+        """The SFT stage from `seed`'s initial params; returns the final SFT state."""
+        sft = self.sft_trainer(task)
+        init = sft.init_state(self.lm.init_params(seed), seed_keys(seed).sft)
+        return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
+                        checkpoint_dir=checkpoint_dir, logger=logger)
+
+    def shared_sft(self, task: Task | None = None):
+        """One SFT checkpoint (checkpoints/sft, logged to the study's metrics.jsonl) that every
+        run starts from, trained from the first seed."""
+        ckpt = self.out_dir / "checkpoints" / "sft"
+        with self.log(self.out_dir, [(ckpt, 0)]) as logger:
+            return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task)
+
+    def fit_run(self, trainer, init, variant: str, seed: int, *, num_steps: int,
+                postfix: Sequence[str] = ("reward",), stage: str = "grpo"):
+        """A run's one stage, checkpointed under checkpoints/VARIANT_sSEED and logged to
+        runs/VARIANT_sSEED/metrics.jsonl."""
+        ckpt = self.checkpoint_dir(variant, seed)
+        with self.log(self.run_dir(variant, seed), [(ckpt, 0)]) as logger:
+            return self.fit(trainer, init, stage=stage, num_steps=num_steps,
+                            checkpoint_dir=ckpt, logger=logger, postfix=postfix)
+
+    # ---- evaluation ----
+    def periodic_eval(self, trainer, num_steps: int) -> Callable[[int, Any], dict]:
+        """A `fit` callback: `eval_record` fields every `eval.every` steps (not the last)."""
+        every = self.cfg.eval.every
+
+        def callback(n, state):
+            if every and n % every == 0 and n != num_steps:
+                return eval_record(self.evaluate(trainer, state.params))
+            return {}
+
+        return callback
+
+    def evaluate(self, trainer, params, examples=None) -> dict:
+        """Greedy held-out accuracy, plus sampled pass@k / maj@k when `eval.samples` > 0."""
+        e = self.cfg.eval
+        examples = self.held_out if examples is None else examples
+        out = {"greedy_accuracy": trainer.evaluate(params, examples,
+                                                   batch_size=e.batch_size)["accuracy"]}
+        if e.samples:
+            out.update(trainer.evaluate_sampled(
+                params, examples[: e.sampled_examples], n=e.samples, ks=e.ks,
+                temperature=e.temperature, batch_size=e.batch_size,
+                rng=jax.random.PRNGKey(self.start_seed + 1)))
+        return out
+
+
+    def evaluate_checkpoint(self, opts: EvalOptions, variant: str) -> dict:
+        """`jaxrl-suite eval RUN_DIR [--stage S] [--seed N]`: greedy accuracy and sampled
+        pass@k / maj@k of the latest checkpoint of stage "sft" or "grpo" of run VARIANT_sSEED
+        (default seed: the first), under checkpoints/VARIANT_sSEED/STAGE; also written to
+        RUN_DIR/eval_STAGE.json (eval_STAGE_sSEED.json with --seed)."""
+        if opts.stage not in ("sft", "grpo"):
+            raise ConfigError(f"eval: --stage must be 'sft' or 'grpo', got {opts.stage!r}")
+        seed = self.start_seed if opts.seed is None else opts.seed
+        if seed not in self.seeds:
+            raise ConfigError(f"eval: --seed {seed} is not one of run.seeds {list(self.seeds)}")
+        keys = seed_keys(seed)
+        trainer = self.sft_trainer() if opts.stage == "sft" else \
+            self.grpo_trainer(self.cfg.grpo, ref_params=self.lm.params)
+        template = trainer.init_state(self.lm.params, keys.sft if opts.stage == "sft" else
+                                      keys.grpo)
+        directory = self.checkpoint_dir(variant, seed) / opts.stage
+        ckpt = Checkpointer(directory)
+        try:
+            if ckpt.latest_step() is None:
+                raise CheckpointNotFoundError(f"eval: no {opts.stage} checkpoint in {directory}")
+            state, _ = ckpt.restore(template)
+        finally:
+            ckpt.close()
+        held_out = self.lm.task.examples("test", 0, opts.num_examples)
+        result = {"stage": opts.stage, "seed": seed, "step": int(state.step),
+                  "examples": len(held_out), "samples": opts.samples,
+                  "temperature": opts.temperature,
+                  "greedy_accuracy": trainer.evaluate(
+                      state.params, held_out, batch_size=self.cfg.eval.batch_size)["accuracy"]}
+        result.update(trainer.evaluate_sampled(
+            state.params, held_out, n=opts.samples, ks=opts.ks, temperature=opts.temperature,
+            batch_size=self.cfg.eval.batch_size, rng=jax.random.PRNGKey(seed + 1)))
+        if jax.process_index() == 0:
+            suffix = "" if opts.seed is None else f"_s{seed}"
+            write_json(opts.run_dir / f"eval_{opts.stage}{suffix}.json", result)
+        return result
+
+    def plot_runs(self, keys: Sequence[str], path: Path, *, stage: str, smooth: int = 1,
+                  title: str = "") -> None:
+        """One panel per key, one curve per variant: median and IQR over seeds of each run's
+        `stage` records (`core.metrics.plot_runs`); process 0 only."""
+        if jax.process_index() != 0:
+            return
+        runs = {v: [read_metrics(self.run_dir(v, s) / "metrics.jsonl") for s in self.seeds]
+                for v in self.variants}
+        plot_runs(runs, keys, path, stage=stage, smooth=smooth,
+                  title=title or f"{self.name}: median and IQR over {len(self.seeds)} seeds")
+
+
+def eval_record(result: dict) -> dict:
+    """An evaluation as metrics.jsonl fields: eval_accuracy, eval_pass@k, eval_maj@k."""
+    return {"eval_accuracy": result["greedy_accuracy"],
+            **{f"eval_{k}": v for k, v in result.items()
+               if k not in ("greedy_accuracy", "length")}}
+
+
+__all__ = ["LM", "EvalConfig", "GRPOConfig", "LMStudy", "ModelConfig", "RunConfig", "SFTConfig",
+           "TaskConfig", "build_lm",
+           "check_batches", "eval_record", "seed_keys"]

@@ -1,0 +1,205 @@
+"""The default `Sampler`: jitted batched sampling from `CausalLM` with a static KV cache.
+
+The prompt [B, P] (left-padded) is prefilled in one call into a cache of S = P + N slots, then
+tokens are decoded one at a time in a `lax.while_loop` that stops as soon as every row has
+emitted EOS. Per step n the key is fold_in(rng, n); the token is drawn from
+softmax(filter(logits / temperature)) with optional top-k and nucleus (top-p, arXiv:1904.09751)
+filters, and its log-probability is reported under the UNFILTERED log_softmax(logits /
+temperature), so it equals a later full-forward recompute at the same temperature.
+
+temperature and top_p are traced arguments of the compiled program (one program serves every
+value); top_k (`lax.top_k` needs a static k), the sizes and greedy decoding are static.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrl_suite.models.lm import CausalLM, init_cache
+from jaxrl_suite.sampling.base import GenerateOutput
+
+
+def _filter_logits(scaled: jax.Array, top_k: int, top_p: jax.Array | float) -> jax.Array:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf. [B, V] -> [B, V].
+
+    top_k = 0 (static) and top_p >= 1 (traced) switch the filters off. The nucleus is the
+    smallest set of most likely tokens (after top-k) whose probability reaches top_p; the top
+    token is always kept. For top_p >= 1 a `lax.cond` takes the top-k-only branch, which
+    returns `scaled` itself when top_k is off: the nucleus filter at top_p = 1 is not a no-op
+    in floats (the cumulative sum can round to >= 1 early), and its full-vocabulary top_k is
+    not paid.
+    """
+    vocab = scaled.shape[-1]
+    k = top_k if 0 < top_k < vocab else 0
+
+    def top_k_only(x):
+        if k == 0:
+            return x
+        threshold = lax.top_k(x, k)[0][:, -1:]  # [B, 1] k-th largest
+        return jnp.where(x < threshold, -jnp.inf, x)
+
+    def nucleus(x):
+        vals = lax.top_k(x, k or vocab)[0]  # [B, k] descending
+        probs = jax.nn.softmax(vals, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs  # exclusive cumsum; 0 for the top token
+        keep = mass_before < top_p
+        threshold = jnp.min(jnp.where(keep, vals, jnp.inf), axis=-1, keepdims=True)  # [B, 1]
+        return jnp.where(x < threshold, -jnp.inf, x)
+
+    return lax.cond(top_p < 1.0, nucleus, top_k_only, scaled)
+
+
+def _argmax(x: jax.Array) -> jax.Array:
+    """First index of the maximum over the last axis, [B, V] -> [B] int32, as `jnp.argmax`.
+
+    Written as two plain reductions (max, then min index where equal), which XLA:CPU vectorises;
+    the variadic (value, index) reduce behind `jnp.argmax` runs as a scalar loop.
+    """
+    top = jnp.max(x, axis=-1, keepdims=True)
+    index = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(x == top, index, x.shape[-1]), axis=-1)
+
+
+def _sample(logits, key, temperature, top_p, *, top_k: int, greedy: bool):
+    """Pick tokens from logits [B, V]; returns (tokens [B] int32, unfiltered logprobs [B])."""
+    # logits * (1/T), the form XLA gives `logits / T` for a constant T: same bits as before.
+    scaled = logits * (1.0 / temperature)
+    if greedy:
+        tok = _argmax(logits)
+    else:
+        # Gumbel-max: the same draw as jax.random.categorical(key, filtered), with a faster argmax.
+        filtered = _filter_logits(scaled, top_k, top_p)
+        tok = _argmax(filtered + jax.random.gumbel(key, filtered.shape, filtered.dtype))
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    return tok, jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+
+
+def _check_sizes(max_new_tokens: int, top_k: int) -> None:
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+
+
+def _check_sampling(temperature, top_p) -> None:
+    """Raise ValueError for a concrete temperature <= 0 or top_p outside (0, 1]; tracers pass."""
+    if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
+        # greedy too: its logprobs are reported at this temperature
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if not isinstance(top_p, jax.core.Tracer) and not 0.0 < float(top_p) <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def _f32(x):
+    """A float32 scalar argument: always a numpy scalar (cheap to dispatch, and one argument
+    signature, so one compiled program), unless x is a tracer of an enclosing jit."""
+    return x.astype(jnp.float32) if isinstance(x, jax.core.Tracer) else np.float32(x)
+
+
+def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, temperature, top_p, *,
+              max_new_tokens: int, top_k: int, eos_id: int, pad_id: int,
+              greedy: bool) -> GenerateOutput:
+    """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32)."""
+    cfg = model.config
+    b, p = prompt_tokens.shape
+    if prompt_mask.shape != (b, p):
+        raise ValueError(f"prompt_mask shape {prompt_mask.shape} != prompt_tokens shape {(b, p)}")
+    n = max_new_tokens
+    prompt_tokens = prompt_tokens.astype(jnp.int32)
+    prompt_mask = prompt_mask.astype(bool)
+    sample = functools.partial(_sample, temperature=temperature, top_p=top_p, top_k=top_k,
+                               greedy=greedy)
+
+    key_mask = jnp.concatenate([prompt_mask, jnp.ones((b, n), bool)], axis=1)  # [B, S]
+    positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1, dtype=jnp.int32) - 1, 0)  # [B, P]
+    next_pos = jnp.sum(prompt_mask, axis=1, dtype=jnp.int32)  # [B] position of completion 0
+    cache = init_cache(cfg, b, p + n, cfg.compute_dtype)
+    logits, cache = model.apply(params, prompt_tokens, positions, key_mask, cache, 0)
+
+    tok, logp = sample(logits[:, -1], jax.random.fold_in(rng, 0))
+    done = tok == eos_id
+    tokens = jnp.full((b, n), pad_id, jnp.int32).at[:, 0].set(tok)
+    logprobs = jnp.zeros((b, n), jnp.float32).at[:, 0].set(logp)
+    live = jnp.zeros((b, n), bool).at[:, 0].set(True)
+
+    def cond(state):
+        step, _, _, done, *_ = state
+        return (step < n) & ~jnp.all(done)
+
+    def body(state):
+        step, cache, tok, done, tokens, logprobs, live = state
+        # Feed completion token step-1 (slot P+step-1, position next_pos+step-1), sample `step`.
+        logits, cache = model.apply(
+            params, tok[:, None], (next_pos + step - 1)[:, None], key_mask, cache, p + step - 1
+        )
+        new, logp = sample(logits[:, 0], jax.random.fold_in(rng, step))
+        new = jnp.where(done, pad_id, new)
+        alive = ~done
+        tokens = lax.dynamic_update_slice(tokens, new[:, None], (0, step))
+        logp = jnp.where(alive, logp, 0.0)
+        logprobs = lax.dynamic_update_slice(logprobs, logp[:, None], (0, step))
+        live = lax.dynamic_update_slice(live, alive[:, None], (0, step))
+        done = done | (new == eos_id)
+        return step + 1, cache, new, done, tokens, logprobs, live
+
+    state = (jnp.int32(1), cache, tok, done, tokens, logprobs, live)
+    _, _, _, _, tokens, logprobs, live = lax.while_loop(cond, body, state)
+    mask = live.astype(jnp.float32)
+    return GenerateOutput(tokens, logprobs, mask, jnp.sum(live, axis=1, dtype=jnp.int32))
+
+
+class KVCacheSampler:
+    """The default `Sampler`: prefill, then a jitted decode loop over a static KV cache.
+
+    sampler = KVCacheSampler(model, max_new_tokens=N, eos_id=1, pad_id=0, temperature=1.0)
+    out = sampler(params, prompt [B, P], prompt_mask [B, P], rng)          # GenerateOutput
+    out = sampler(params, prompt, prompt_mask, rng, temperature=0.6, top_p=0.9)  # same program
+
+    max_new_tokens, top_k and greedy are static; temperature and top_p are the defaults of the
+    traced arguments of the call. greedy=True takes the argmax token (rng is unused) and still
+    reports log-probs at the temperature. The object owns its compiled program: it compiles
+    once per input shape (and sharding), and reuses it for every temperature and top_p. Bad
+    options raise ValueError here, not at the first call.
+    """
+
+    def __init__(self, model: CausalLM, *, max_new_tokens: int, eos_id: int, pad_id: int,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 greedy: bool = False):
+        _check_sizes(max_new_tokens, top_k)
+        _check_sampling(temperature, top_p)
+        self.model = model
+        self.max_new_tokens, self.top_k, self.greedy = max_new_tokens, top_k, greedy
+        self.eos_id, self.pad_id = eos_id, pad_id
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self._settings = (_f32(self.temperature), _f32(self.top_p))  # converted once, not per call
+        self._generate = jax.jit(functools.partial(
+            _generate, model, max_new_tokens=max_new_tokens, top_k=top_k, eos_id=eos_id,
+            pad_id=pad_id, greedy=greedy,
+        ))
+
+    def __call__(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
+                 temperature: float | jax.Array | None = None,
+                 top_p: float | jax.Array | None = None) -> GenerateOutput:
+        """Sample N = max_new_tokens tokens for left-padded prompts [B, P] (see `Sampler`).
+
+        prompt_mask [B, P] is 1/True on real tokens; RoPE positions are cumsum(mask) - 1 per
+        row. Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
+        """
+        _check_sampling(self.temperature if temperature is None else temperature,
+                        self.top_p if top_p is None else top_p)
+        return self._generate(params, prompt, prompt_mask, rng,
+                              self._settings[0] if temperature is None else _f32(temperature),
+                              self._settings[1] if top_p is None else _f32(top_p))
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
+            "max_new_tokens", "eos_id", "pad_id", "temperature", "top_k", "top_p", "greedy"))
+        return f"KVCacheSampler({options})"
+
+
+__all__ = ["KVCacheSampler"]

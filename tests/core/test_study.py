@@ -1,0 +1,118 @@
+"""The Study runner: variants x seeds, resumable runs, aggregation against numpy."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxrl_suite.algorithms.loop import open_run_log
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.experiment import RunOptions
+from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite.core.study import Study, check_seeds, check_variants
+
+
+def _study(tmp_path, resume=False):
+    return Study("probe", RunOptions(out_dir=tmp_path, resume=resume), variants=("a", "b"),
+                 seeds=(0, 3))
+
+
+def _train(calls):
+    def train(variant, seed, start):
+        calls.append((variant, seed))
+        return {"score": start + seed + (10.0 if variant == "b" else 0.0),
+                "curve": [float(seed), 2.0 * seed]}
+    return train
+
+
+def test_run_every_variant_and_seed_and_resume_keeps_finished_runs(tmp_path):
+    calls = []
+    results = _study(tmp_path).run(_train(calls), start=1.0)
+    assert calls == [("a", 0), ("a", 3), ("b", 0), ("b", 3)]
+    assert results["b_s3"] == {"variant": "b", "seed": 3, "score": 14.0, "curve": [3.0, 6.0]}
+    saved = json.loads((tmp_path / "runs" / "a_s3" / "result.json").read_text())
+    assert saved == results["a_s3"]
+    (tmp_path / "runs" / "b_s0" / "result.json").unlink()  # as if killed during run b_s0
+    calls.clear()
+    resumed = _study(tmp_path, resume=True).run(_train(calls), start=1.0)
+    assert calls == [("b", 0)] and resumed == results
+
+
+def test_per_seed_starts(tmp_path):
+    calls = []
+    results = _study(tmp_path).run(_train(calls), start={0: 100.0, 3: 200.0},
+                                   per_seed_start=True)
+    assert results["a_s0"]["score"] == 100.0 and results["a_s3"]["score"] == 203.0
+
+
+def test_aggregate_table_and_best_against_numpy(tmp_path):
+    study = _study(tmp_path)
+    results = study.run(_train([]), start=0.5)
+    stats = study.aggregate(results, ["score", "curve"])
+    a = np.array([0.5, 3.5])
+    assert stats["a"]["score"]["mean"] == pytest.approx(a.mean())
+    assert stats["a"]["score"]["std"] == pytest.approx(a.std())
+    assert stats["a"]["score"]["per_seed"] == [0.5, 3.5]
+    np.testing.assert_allclose(stats["b"]["curve"]["mean"], [1.5, 3.0])  # elementwise
+    np.testing.assert_allclose(stats["b"]["curve"]["std"], [1.5, 3.0])
+    table = study.table(stats, ["score"], first={"start": {"score": 0.5}})
+    assert table.splitlines() == ["| model | score |", "|---|---|", "| start | 0.500 |",
+                                  "| a | 2.000 ± 1.500 |", "| b | 12.000 ± 1.500 |"]
+    assert Study.best(stats, ["score"]) == {"score": ["b"]}
+    tied = {"x": {"m": {"mean": 1.0}}, "y": {"m": {"mean": 1.0}}, "z": {"m": {"mean": 0.0}}}
+    assert Study.best(tied, ["m"]) == {"m": ["x", "y"]}
+
+
+def test_curves_and_curve_stats_read_the_run_logs(tmp_path):
+    study = _study(tmp_path)
+    rng = np.random.default_rng(0)
+    want = {}
+    for v in study.variants:
+        for s in study.seeds:
+            ys = rng.uniform(1, 2, 5)
+            want[v, s] = ys
+            log_dir = study.run_dir(v, s)
+            log_dir.mkdir(parents=True)
+            recs = [{"step": i + 1, "stage": "rl", "entropy": float(y)} for i, y in enumerate(ys)]
+            recs.insert(0, {"step": 0, "stage": "sft", "entropy": 99.0})  # other stages ignored
+            (log_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    curves = study.curves(["entropy"], stage="rl")
+    x = np.stack([want["a", 0], want["a", 3]])
+    np.testing.assert_allclose(curves["a"]["entropy"], x)
+    got = Study.curve_stats(curves, "entropy", window=2)["a"]
+    end = x[:, -2:].mean(1)
+    assert got["start"] == pytest.approx(x[:, 0].mean()) and got["end"] == pytest.approx(end.mean())
+    assert got["end_over_start"] == pytest.approx((end / x[:, 0]).mean())
+    assert got["min"] == pytest.approx(x.min()) and got["max"] == pytest.approx(x.max())
+
+
+def test_open_run_log_drops_records_after_the_last_stages_checkpoint(tmp_path):
+    first, second = tmp_path / "ck" / "sft", tmp_path / "ck" / "grpo"
+    log = open_run_log(tmp_path, [(first, 0), (second, 3)], resume=False)
+    for step in range(1, 7):
+        log.log({"step": step, "stage": "sft" if step <= 3 else "grpo"})
+    log.close()
+    ckpt = Checkpointer(first)
+    ckpt.save(3, {"w": np.zeros(2)}, force=True)
+    ckpt.close()
+    resumed = open_run_log(tmp_path, [(first, 0), (second, 3)], resume=True)  # SFT done only
+    resumed.close()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    ckpt = Checkpointer(second)
+    ckpt.save(1, {"w": np.zeros(2)}, force=True)
+    ckpt.close()
+    log = open_run_log(tmp_path, [(first, 0), (second, 3)], resume=True)
+    log.log({"step": 5, "stage": "grpo"})
+    log.close()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 5]
+    open_run_log(tmp_path, [(first, 0)], resume=False).close()  # a fresh run starts empty
+    assert read_metrics(tmp_path / "metrics.jsonl") == []
+
+
+def test_seed_and_variant_checks():
+    with pytest.raises(ValueError, match="run.seeds must be distinct and non-empty"):
+        check_seeds((1, 1))
+    with pytest.raises(ValueError, match="run.seeds"):
+        check_seeds(())
+    with pytest.raises(ValueError, match=r"variants.names must be distinct entries of \['x'"):
+        check_variants(("y",), ["x"])
