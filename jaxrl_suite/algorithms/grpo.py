@@ -43,7 +43,6 @@ from jaxrl_suite.core.train import (
     make_train_step,
 )
 from jaxrl_suite.envs.text import Example, Task
-from jaxrl_suite.envs.text.base import extract_answer
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
     ADVANTAGES,
@@ -56,6 +55,7 @@ from jaxrl_suite.losses import (
 from jaxrl_suite.losses.sft import sft_loss
 from jaxrl_suite.losses.siren import peak_entropy_mask, siren_regularizer
 from jaxrl_suite.models import CausalLM
+from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling import KVCacheSampler, Sampler
 
 
@@ -200,7 +200,9 @@ def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
 def _answer_id(text: str) -> int:
     """A stable integer id of a completion's parsed answer (-1: none), for voting across hosts."""
     answer = extract_answer(text)
-    return -1 if answer is None else zlib.crc32(answer.encode()) & 0x7FFFFFFF
+    if answer is None:
+        return -1
+    return zlib.crc32(answer.encode(errors="surrogatepass")) & 0x7FFFFFFF  # lone surrogates too
 
 
 class LMTrainer:

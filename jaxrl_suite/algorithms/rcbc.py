@@ -39,6 +39,7 @@ Architectures (`PolicyConfig.arch`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ import optax
 
 from jaxrl_suite.algorithms.ppo import seed_keys
 from jaxrl_suite.core.parallel import place_seeds
+from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.core.train import TrainAndAgent, apply_gradients, init_param_state
 from jaxrl_suite.envs import tmaze
 from jaxrl_suite.envs.popgym import make_popgym
@@ -62,7 +64,7 @@ from jaxrl_suite.models.elmur import (
     scan_segments,
 )
 
-ARCHS = ("elmur", "transformer", "gru")
+ARCHS = ("elmur", "transformer", "gru")  # the entries of SEQUENCE_CORES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,68 +134,105 @@ def make_tokens(obs, rtg, prev_action, num_actions: int, return_scale: float):
 # -- policies ------------------------------------------------------------------------------------
 
 
+class GRUCore:
+    """A GRU cell run over the tokens one at a time (width `gru_hidden`, segment length 1)."""
+
+    segment_len = 1
+
+    def __init__(self, cfg: PolicyConfig):
+        self.width = cfg.gru_hidden
+        # Gram-Schmidt orthogonal init: flax's default (LAPACK QR) can deadlock XLA:CPU when
+        # vmapped over seeds (see models.actor_critic.orthogonal).
+        self.module = nn.GRUCell(features=cfg.gru_hidden, recurrent_kernel_init=orthogonal())
+
+    def init(self, key: jax.Array, memory_key: jax.Array):
+        del memory_key
+        return self.module.init(key, jnp.zeros((1, self.width)), jnp.zeros((1, self.width)))
+
+    def sequence(self, params, h: jax.Array, key: jax.Array) -> jax.Array:
+        """[B, T, W] -> [B, T, W], teacher-forced (key unused)."""
+        cell = lambda c, h_t: self.module.apply(params, c, h_t)
+        _, out = jax.lax.scan(cell, jnp.zeros((h.shape[0], self.width)), jnp.swapaxes(h, 0, 1))
+        return jnp.swapaxes(out, 0, 1)
+
+    def init_carry(self, key: jax.Array, batch: int):
+        return jnp.zeros((batch, self.width))
+
+    def step(self, params, carry, h_t: jax.Array):
+        """One token [B, W] -> (out [B, W], carry)."""
+        carry, out = self.module.apply(params, carry, h_t)
+        return out, carry
+
+
+class ELMURCore:
+    """ELMUR over segments (`models.elmur`); without its memory it is the plain segment-level
+    transformer baseline."""
+
+    def __init__(self, cfg: PolicyConfig, *, memory: bool = True):
+        ecfg = cfg.elmur if memory else dataclasses.replace(cfg.elmur, use_read=False,
+                                                            use_write=False)
+        self.config, self.width, self.segment_len = ecfg, ecfg.d_model, ecfg.segment_len
+        self.module = ELMUR(ecfg)
+
+    def init(self, key: jax.Array, memory_key: jax.Array):
+        x = jnp.zeros((1, self.segment_len, self.width))
+        return self.module.init(key, x, init_memory(self.config, memory_key, 1), 0)
+
+    def sequence(self, params, h: jax.Array, key: jax.Array) -> jax.Array:
+        """[B, T, W] -> [B, T, W], teacher-forced (key: the initial memory)."""
+        out, _ = scan_segments(self.module, params, h, init_memory(self.config, key, h.shape[0]))
+        return out
+
+    def init_carry(self, key: jax.Array, batch: int):
+        return init_step_state(self.config, key, batch)
+
+    def step(self, params, carry, h_t: jax.Array):
+        return inference_step(self.module, params, carry, h_t)
+
+
+# policy.arch -> the sequence core of `SeqPolicy`
+SEQUENCE_CORES: Registry[type] = Registry("policy.arch")
+SEQUENCE_CORES.register("elmur", ELMURCore)
+SEQUENCE_CORES.register("transformer", functools.partial(ELMURCore, memory=False))
+SEQUENCE_CORES.register("gru", GRUCore)
+
+
 class SeqPolicy:
-    """Embedding -> sequence core -> action logits, with a teacher-forced `logits` for training
-    and an O(1) `step` for acting. Parameters are {"embed", "core", "head"}."""
+    """Embedding -> sequence core (`SEQUENCE_CORES[cfg.arch]`) -> action logits, with a
+    teacher-forced `logits` for training and an O(1) `step` for acting. Parameters are
+    {"embed", "core", "head"}."""
 
     def __init__(self, cfg: PolicyConfig, in_dim: int, num_actions: int):
-        if cfg.arch not in ARCHS:
-            raise ValueError(f"policy.arch must be one of {ARCHS}, got {cfg.arch!r}")
+        if cfg.arch not in SEQUENCE_CORES:
+            raise ValueError(f"policy.arch must be one of {SEQUENCE_CORES.names()}, got "
+                             f"{cfg.arch!r}")
         self.cfg, self.in_dim, self.num_actions = cfg, in_dim, num_actions
-        if cfg.arch == "gru":
-            self.width = cfg.gru_hidden
-            # Gram-Schmidt orthogonal init: flax's default (LAPACK QR) can deadlock XLA:CPU when
-            # vmapped over seeds (see models.actor_critic.orthogonal).
-            self.core = nn.GRUCell(features=cfg.gru_hidden, recurrent_kernel_init=orthogonal())
-        else:
-            ecfg = cfg.elmur
-            if cfg.arch == "transformer":
-                ecfg = dataclasses.replace(ecfg, use_read=False, use_write=False)
-            self.elmur_cfg = ecfg
-            self.width = ecfg.d_model
-            self.core = ELMUR(ecfg)
+        self.core = SEQUENCE_CORES.get(cfg.arch)(cfg)
+        self.width = self.core.width
         self.embed = nn.Dense(self.width)
         self.head = nn.Dense(num_actions)
 
     @property
     def segment_len(self) -> int:
-        return 1 if self.cfg.arch == "gru" else self.elmur_cfg.segment_len
+        return self.core.segment_len
 
     def init(self, key: jax.Array) -> dict:
         k_e, k_c, k_h, k_m = jax.random.split(key, 4)
         embed = self.embed.init(k_e, jnp.zeros((1, self.in_dim)))
         head = self.head.init(k_h, jnp.zeros((1, self.width)))
-        if self.cfg.arch == "gru":
-            core = self.core.init(k_c, jnp.zeros((1, self.width)), jnp.zeros((1, self.width)))
-        else:
-            x = jnp.zeros((1, self.elmur_cfg.segment_len, self.width))
-            core = self.core.init(k_c, x, init_memory(self.elmur_cfg, k_m, 1), 0)
-        return {"embed": embed, "core": core, "head": head}
+        return {"embed": embed, "core": self.core.init(k_c, k_m), "head": head}
 
     def logits(self, params: dict, x: jax.Array, key: jax.Array) -> jax.Array:
         """Teacher-forced logits [B, T, A] for tokens [B, T, in_dim] (key: initial memory)."""
         h = self.embed.apply(params["embed"], x)
-        if self.cfg.arch == "gru":
-            cell = lambda c, h_t: self.core.apply(params["core"], c, h_t)
-            _, out = jax.lax.scan(cell, jnp.zeros((x.shape[0], self.width)), jnp.swapaxes(h, 0, 1))
-            out = jnp.swapaxes(out, 0, 1)
-        else:
-            mems = init_memory(self.elmur_cfg, key, x.shape[0])
-            out, _ = scan_segments(self.core, params["core"], h, mems)
-        return self.head.apply(params["head"], out)
+        return self.head.apply(params["head"], self.core.sequence(params["core"], h, key))
 
     def init_carry(self, key: jax.Array, batch: int):
-        if self.cfg.arch == "gru":
-            return jnp.zeros((batch, self.width))
-        return init_step_state(self.elmur_cfg, key, batch)
+        return self.core.init_carry(key, batch)
 
     def step(self, params: dict, carry, x_t: jax.Array):
         """One token per sequence [B, in_dim] -> (logits [B, A], carry); O(1) in the time."""
-        h = self.embed.apply(params["embed"], x_t)
-        if self.cfg.arch == "gru":
-            carry, out = self.core.apply(params["core"], carry, h)
-        else:
-            out, carry = inference_step(self.core, params["core"], carry, h)
+        out, carry = self.core.step(params["core"], carry, self.embed.apply(params["embed"], x_t))
         return self.head.apply(params["head"], out), carry
 
 

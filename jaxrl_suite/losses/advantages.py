@@ -40,11 +40,10 @@ def _batch_std(rewards: chex.Array) -> chex.Array:
 
 
 # scale name -> std used as the advantage denominator (None: no scaling).
-_ADVANTAGE_SCALES: dict[str, Callable[[chex.Array], chex.Array] | None] = {
-    "group": _group_std,
-    "batch": _batch_std,
-    "none": None,
-}
+ADVANTAGE_SCALES: Registry[Callable[[chex.Array], chex.Array] | None] = Registry("scale")
+ADVANTAGE_SCALES.register("group", _group_std)
+ADVANTAGE_SCALES.register("batch", _batch_std)
+ADVANTAGE_SCALES.register("none", lambda rewards: None)
 
 
 @ADVANTAGES.register("group")
@@ -72,16 +71,15 @@ def group_advantages(rewards: chex.Array, *, scale: str = "group", eps: float = 
     Raises:
       ValueError: `rewards` is not rank 2, G < 2, or `scale` is unknown.
     """
-    if scale not in _ADVANTAGE_SCALES:
-        raise ValueError(
-            f"unknown scale {scale!r}; valid options: {', '.join(map(repr, _ADVANTAGE_SCALES))}"
-        )
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"unknown scale {scale!r}; valid options: "
+                         f"{', '.join(map(repr, ADVANTAGE_SCALES.names()))}")
     rewards = _check_rewards(rewards)  # [B, G]
     centered = rewards - jnp.mean(rewards, axis=1, keepdims=True)  # [B, G]
-    std_fn = _ADVANTAGE_SCALES[scale]
-    if std_fn is None:
+    std = ADVANTAGE_SCALES.get(scale)(rewards)  # None: no scaling
+    if std is None:
         return centered
-    return centered / (std_fn(rewards) + eps)  # [B, G]
+    return centered / (std + eps)  # [B, G]
 
 
 @ADVANTAGES.register("rloo")

@@ -18,6 +18,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.losses.common import check_rank, check_shape, masked_mean
 
 LEVELS = ("token", "sequence")
@@ -144,13 +145,12 @@ def _constant_normalizer(x: chex.Array, mask: chex.Array) -> chex.Array:
 
 
 # loss_type -> aggregation of a per-token [N, T] loss into a scalar.
-_AGGREGATIONS: dict[str, Callable[[chex.Array, chex.Array], chex.Array]] = {
-    "grpo": _sequence_mean_token_mean,
-    "dapo": _token_mean,
-    "bnpo": _token_mean,
-    "dr_grpo": _constant_normalizer,
-}
-LOSS_TYPES = tuple(_AGGREGATIONS)
+AGGREGATIONS: Registry[Callable[[chex.Array, chex.Array], chex.Array]] = Registry("loss_type")
+AGGREGATIONS.register("grpo", _sequence_mean_token_mean)
+AGGREGATIONS.register("dapo", _token_mean)
+AGGREGATIONS.register("bnpo", _token_mean)
+AGGREGATIONS.register("dr_grpo", _constant_normalizer)
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo")
 
 
 def aggregate(per_token: chex.Array, mask: chex.Array, loss_type: str = "grpo") -> chex.Array:
@@ -175,11 +175,11 @@ def aggregate(per_token: chex.Array, mask: chex.Array, loss_type: str = "grpo") 
     Returns:
       The scalar aggregate.
     """
-    if loss_type not in _AGGREGATIONS:
+    if loss_type not in AGGREGATIONS:
         raise ValueError(
-            f"unknown loss_type {loss_type!r}; valid: {', '.join(map(repr, _AGGREGATIONS))}"
-        )
-    return _AGGREGATIONS[loss_type](per_token, mask)
+            f"unknown loss_type {loss_type!r}; valid: {', '.join(map(repr, LOSS_TYPES))}")
+    return AGGREGATIONS.get(loss_type)(per_token, mask)
 
 
-__all__ = ["LEVELS", "LOSS_TYPES", "aggregate", "clipped_surrogate", "importance_ratio", "k3_kl"]
+__all__ = ["AGGREGATIONS", "LEVELS", "LOSS_TYPES", "aggregate", "clipped_surrogate",
+           "importance_ratio", "k3_kl"]

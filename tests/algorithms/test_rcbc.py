@@ -209,3 +209,12 @@ def test_gru_init_is_orthogonal_without_lapack_qr():
     for name in ("hr", "hz", "hn"):
         w = np.asarray(core[name]["kernel"])
         np.testing.assert_allclose(w.T @ w, np.eye(8), atol=1e-5)
+
+
+def test_every_arch_is_a_registered_sequence_core():
+    from jaxrl_suite.algorithms.rcbc import ARCHS, SEQUENCE_CORES
+    from jaxrl_suite.core.registry import UnknownNameError
+
+    assert set(SEQUENCE_CORES) == set(ARCHS)
+    with pytest.raises(UnknownNameError, match="unknown policy.arch 'lstm'; known: elmur, gru"):
+        SEQUENCE_CORES.get("lstm")
