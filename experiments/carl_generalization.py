@@ -39,7 +39,7 @@ from jaxrl_suite.core.metrics import (
     write_json,
 )
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants
+from jaxrl_suite.core.study import check_seeds, check_variants
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
 NAME = "carl_generalization"
@@ -56,7 +56,7 @@ class ContextConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: int = 8  # vmapped seeds per variant
+    seeds: tuple[int, ...] = tuple(range(8))  # seeds per variant, vmapped in one program
     variants: tuple[str, ...] = VARIANTS
     chunks: int = 4  # evaluate on the grid (and checkpoint) this many times during training
 
@@ -71,6 +71,7 @@ class Config:
 
     def __post_init__(self):
         check_variants(self.run.variants, VARIANTS, "run.variants")
+        check_seeds(self.run.seeds)
         if len(self.context.features) != 2:
             raise ValueError("context.features must name exactly two features (the grid axes)")
         if self.ppo.num_updates % self.run.chunks:
@@ -168,13 +169,13 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     x = chunk_steps * np.arange(1, cfg.run.chunks + 1)
     plot_iqr_bands(x, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
                    ylabel="mean return over the eval grid",
-                   title=f"CARL {cfg.ppo.env}: median and IQR over {cfg.run.seeds} seeds")
+                   title=f"CARL {cfg.ppo.env}: median and IQR over {len(cfg.run.seeds)} seeds")
     print0(_table(cfg, results))
     return summary
 
 
 def _table(cfg: Config, results: dict) -> str:
-    lines = [f"[{NAME}] final deterministic return, median [IQR] over {cfg.run.seeds} seeds",
+    lines = [f"[{NAME}] final deterministic return, median [IQR] over {len(cfg.run.seeds)} seeds",
              f"{'variant':<16}{'default ctx':>22}{'in-dist grid':>22}{'held-out grid':>22}"]
     for variant, r in results.items():
         cells = []
@@ -206,7 +207,7 @@ def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:
         ax.set_ylabel(fy)
         ax.set_title(variant)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="median return (red: training box)")
-    fig.suptitle(f"CARL {cfg.ppo.env}: held-out contexts, {cfg.run.seeds} seeds")
+    fig.suptitle(f"CARL {cfg.ppo.env}: held-out contexts, {len(cfg.run.seeds)} seeds")
     save_figure(fig, path, tight=False, bbox_inches="tight")
 
 

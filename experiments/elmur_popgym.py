@@ -40,7 +40,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh, print0
-from jaxrl_suite.core.study import check_variants
+from jaxrl_suite.core.study import check_seeds, check_variants
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -49,7 +49,7 @@ NAME = "elmur_popgym"
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped in one program per model and task
     tasks: tuple[str, ...] = POPGYM_NAMES
     difficulties: tuple[str, ...] = ("easy",)
     models: tuple[str, ...] = ARCHS
@@ -75,6 +75,7 @@ class Config:
                                     ("run.difficulties", self.run.difficulties, DIFFICULTIES),
                                     ("run.models", self.run.models, ARCHS)):
             check_variants(given, valid, field)
+        check_seeds(self.run.seeds)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
@@ -118,7 +119,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     write_json(opts.out_dir / "summary.json", summary)
     _plot(cfg, results, opts.out_dir / "returns.png")
     models = cfg.run.models
-    lines = [f"[{NAME}] mean episode return (mean +- std over {cfg.run.seeds} seeds; "
+    lines = [f"[{NAME}] mean episode return (mean +- std over {len(cfg.run.seeds)} seeds; "
              f"{cfg.run.eval_episodes} episodes each; best possible 1.0)",
              f"{'task':<26}" + "".join(f"{m:>18}" for m in models) + f"{'data':>8}"]
     for label, r in results.items():
@@ -143,7 +144,7 @@ def _plot(cfg: Config, results: dict, path) -> None:
     ax.set_ylabel("mean episode return")
     ax.set_ylim(-1.05, 1.05)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_title(f"POPGym, offline RC-BC (mean +- std, {cfg.run.seeds} seeds)")
+    ax.set_title(f"POPGym, offline RC-BC (mean +- std, {len(cfg.run.seeds)} seeds)")
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
     save_figure(fig, path)

@@ -41,7 +41,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh, print0
-from jaxrl_suite.core.study import check_variants
+from jaxrl_suite.core.study import check_seeds, check_variants
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -63,7 +63,7 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped in one program per model
     models: tuple[str, ...] = MODELS
 
 
@@ -87,6 +87,7 @@ class Config:
 
     def __post_init__(self):
         check_variants(self.run.models, MODELS, "run.models")
+        check_seeds(self.run.seeds)
         if len(self.eval.episodes) != len(self.eval.lengths):
             raise ValueError(
                 f"eval.episodes has {len(self.eval.episodes)} entries, eval.lengths "
@@ -157,7 +158,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     write_json(opts.out_dir / "summary.json", summary)
     _plot(cfg, results, opts.out_dir / "success.png")
     header = f"{'model':<13}" + "".join(f"{'L=' + f'{n:,}':>18}" for n in cfg.eval.lengths)
-    lines = [f"[{NAME}] T-Maze success (mean +- std over {cfg.run.seeds} seeds; trained on "
+    lines = [f"[{NAME}] T-Maze success (mean +- std over {len(cfg.run.seeds)} seeds; trained on "
              f"L <= {cfg.train.max_length}, segment {cfg.elmur.segment_len})", header]
     for model, r in results.items():
         cells = "".join(
@@ -186,7 +187,7 @@ def _plot(cfg: Config, results: dict, path) -> None:
     ax.set_xlabel("corridor length")
     ax.set_ylabel("success rate")
     ax.set_title(f"T-Maze, trained on L <= {cfg.train.max_length} (mean +- std, "
-                 f"{cfg.run.seeds} seeds)")
+                 f"{len(cfg.run.seeds)} seeds)")
     ax.legend()
     ax.grid(alpha=0.3)
     save_figure(fig, path)

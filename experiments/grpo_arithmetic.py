@@ -33,7 +33,7 @@ from jaxrl_suite.algorithms.lm_study import (
     RunConfig,
     TaskConfig,
     eval_record,
-    seed_keys,
+    lm_keys,
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
@@ -70,7 +70,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             print0(f"[{NAME}] seed {seed}: held-out accuracy after SFT:  "
                    f"{sft_eval['greedy_accuracy']:.3f}")
 
-            state = study.fit(grpo, grpo.init_state(sft_params, seed_keys(seed).grpo),
+            state = study.fit(grpo, grpo.init_state(sft_params, lm_keys(seed).grpo),
                               stage="grpo", num_steps=cfg.grpo.steps,
                               checkpoint_dir=ckpt / "grpo", logger=log,
                               step_offset=cfg.sft.steps,

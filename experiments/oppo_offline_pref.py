@@ -55,7 +55,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants
+from jaxrl_suite.core.study import check_seeds, check_variants
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import gather_segments, make_preferences, normalized_score
 
@@ -72,7 +72,7 @@ class PrefConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: int = 3  # vmapped seeds per (dataset, method)
+    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped seeds per (dataset, method)
     datasets: tuple[str, ...] = ("random", "medium", "medium-replay", "medium-expert")
     methods: tuple[str, ...] = METHODS
     zspace_dataset: str = "medium-replay"  # the dataset whose OPPO z-space is plotted (seed 0)
@@ -106,8 +106,7 @@ class Config:
                              ("reward.segment_length", self.reward.segment_length)):
             if value != k:
                 raise ValueError(f"{field}={value} must equal prefs.segment_length={k}")
-        if self.run.seeds < 1:
-            raise ValueError(f"run.seeds must be >= 1, got {self.run.seeds}")
+        check_seeds(self.run.seeds)
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -233,8 +232,9 @@ def _run_unit(cfg, method, env, data, prefs, info, unit_dir: Path, ckpt_dir: Pat
               want_zspace: bool) -> dict:
     t0 = time.perf_counter()
     train, agent, batch = TRAINERS[method](cfg, env, data, prefs)
-    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method)),
-                            cfg.run.seeds)
+    base = jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method))
+    keys = jax.random.split(base, max(cfg.run.seeds) + 1)[np.asarray(cfg.run.seeds)]  # seed s:
+    # the s-th key, whatever the other seeds (split(k, n)[s] does not depend on n)
     state, metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, batch)
     returns = np.asarray(metrics["eval_return"], np.float64)
     scores = np.asarray(normalized_score(returns, info["random_return"], info["expert_return"]))
@@ -337,7 +337,7 @@ def _fmt(r: dict) -> str:
 def _table(cfg: Config, results: dict, data_stats: dict) -> str:
     methods = [m for m in METHODS if m in cfg.run.methods]
     head = "| dataset | data (behaviour) | " + " | ".join(methods) + " |"
-    lines = [f"D4RL-normalised return on {cfg.data.ppo.env}, mean +- std over {cfg.run.seeds} "
+    lines = [f"D4RL-normalised return on {cfg.data.ppo.env}, mean +- std over {len(cfg.run.seeds)} "
              "seeds", "", head, "|" + "---|" * (len(methods) + 2)]
     for d, rs in results.items():
         beh = data_stats[d]["episode_score_mean"]
@@ -378,7 +378,7 @@ def _plot_returns(cfg: Config, results: dict, path: Path) -> None:
     ax.set_ylabel("D4RL-normalised return")
     ax.axhline(100, color="gray", lw=0.8, ls="--")
     ax.legend(fontsize=8, ncol=len(methods))
-    ax.set_title(f"{cfg.data.ppo.env}: mean +- std over {cfg.run.seeds} seeds (dots: seeds)")
+    ax.set_title(f"{cfg.data.ppo.env}: mean +- std over {len(cfg.run.seeds)} seeds (dots: seeds)")
     save_figure(fig, path)
 
 

@@ -31,7 +31,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, median_iqr, plot_iqr_bands, write_json
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants
+from jaxrl_suite.core.study import check_seeds, check_variants
 from jaxrl_suite.curricula import make_curriculum
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
@@ -64,7 +64,7 @@ class SpdrlConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: int = 8
+    seeds: tuple[int, ...] = tuple(range(8))  # seeds per curriculum, vmapped in one program
     curricula: tuple[str, ...] = CURRICULA
     threshold: float = 400.0  # mean return over all instances (80 % of CartPole's max of 500)
 
@@ -81,6 +81,7 @@ class Config:
 
     def __post_init__(self):
         check_variants(self.run.curricula, CURRICULA, "run.curricula")
+        check_seeds(self.run.seeds)
         if len(self.instances.features) != 2:
             raise ValueError("instances.features must name exactly two features")
         if not self.ppo.eval_every:
@@ -178,17 +179,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     plot_iqr_bands(
         steps, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
         ylabel=f"mean return over {len(instances)} instances", hline=cfg.run.threshold,
-        title=f"Curricula on {cfg.ppo.env}: median and IQR over {cfg.run.seeds} seeds",
+        title=f"Curricula on {cfg.ppo.env}: median and IQR over {len(cfg.run.seeds)} seeds",
     )
     lines = [f"[{NAME}] steps to mean return >= {cfg.run.threshold:g} on all {len(instances)} "
-             f"instances (median over {cfg.run.seeds} seeds)",
+             f"instances (median over {len(cfg.run.seeds)} seeds)",
              f"{'curriculum':<14}{'steps (median)':>16}{'reached':>9}{'final return':>26}"
              f"{'mean over training':>26}"]
     for name, r in results.items():
         f, a = r["final_mean_return"], r["auc_mean_return"]
         lines.append(
             f"{name:<14}{r['steps_to_threshold_median']:>16,.0f}"
-            f"{r['seeds_reached']:>6}/{cfg.run.seeds:<2}"
+            f"{r['seeds_reached']:>6}/{len(cfg.run.seeds):<2}"
             f"{f['median']:>12.1f} [{f['q25']:.0f}, {f['q75']:.0f}]"
             f"{a['median']:>12.1f} [{a['q25']:.0f}, {a['q75']:.0f}]"
         )

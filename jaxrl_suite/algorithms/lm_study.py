@@ -136,7 +136,7 @@ class Keys(NamedTuple):
     grpo: jax.Array  # RL state RNG
 
 
-def seed_keys(seed: int) -> Keys:
+def lm_keys(seed: int) -> Keys:
     """The keys of one seed: split(PRNGKey(seed), 3)."""
     return Keys(*jax.random.split(jax.random.PRNGKey(seed), 3))
 
@@ -157,7 +157,7 @@ class LM:
         if self.pretrained:
             return self.params
         prompt_len = 1
-        return self.model.init(seed_keys(seed).init, jnp.zeros((1, prompt_len), jnp.int32))
+        return self.model.init(lm_keys(seed).init, jnp.zeros((1, prompt_len), jnp.int32))
 
 
 def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256) -> None:
@@ -253,7 +253,7 @@ class LMStudy(Study):
 
     def grpo_key(self, seed: int) -> jax.Array:
         """A run's RL key when every run starts from the shared start (of the first seed)."""
-        return jax.random.fold_in(seed_keys(self.start_seed).grpo, seed)
+        return jax.random.fold_in(lm_keys(self.start_seed).grpo, seed)
 
     # ---- trainers on the shared model ----
     def sft_trainer(self, task: Task | None = None) -> SFTTrainer:
@@ -293,7 +293,7 @@ class LMStudy(Study):
             task: Task | None = None):
         """The SFT stage from `seed`'s initial params; returns the final SFT state."""
         sft = self.sft_trainer(task)
-        init = sft.init_state(self.lm.init_params(seed), seed_keys(seed).sft)
+        init = sft.init_state(self.lm.init_params(seed), lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
                         checkpoint_dir=checkpoint_dir, logger=logger)
 
@@ -349,7 +349,7 @@ class LMStudy(Study):
         seed = self.start_seed if opts.seed is None else opts.seed
         if seed not in self.seeds:
             raise ConfigError(f"eval: --seed {seed} is not one of run.seeds {list(self.seeds)}")
-        keys = seed_keys(seed)
+        keys = lm_keys(seed)
         trainer = self.sft_trainer() if opts.stage == "sft" else \
             self.grpo_trainer(self.cfg.grpo, ref_params=self.lm.params)
         template = trainer.init_state(self.lm.params, keys.sft if opts.stage == "sft" else
@@ -397,4 +397,4 @@ def eval_record(result: dict) -> dict:
 
 __all__ = ["LM", "EvalConfig", "GRPOConfig", "LMStudy", "ModelConfig", "RunConfig", "SFTConfig",
            "TaskConfig", "build_lm",
-           "check_batches", "eval_record", "seed_keys"]
+           "check_batches", "eval_record", "lm_keys"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import flax.linen as nn
@@ -404,7 +404,8 @@ def evaluate(
 # -- seeds ---------------------------------------------------------------------------------------
 
 
-def train_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask, seeds: int,
+def train_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask,
+                seeds: int | Sequence[int],
                 mesh=None):
     """Seeds 0..seeds-1 in one `jit(vmap(train))`: stacked params [S, ...] and metrics [S, ...].
     With a `mesh` the seeds are split over its devices (`core.parallel.place_seeds`)."""
