@@ -9,13 +9,10 @@ self-iteration steps at inference than any training episode had.
     jaxrl-suite run exit_self_improve --smoke      # seconds; what the tests run
     jaxrl-suite run exit_self_improve --resume     # a killed run continues where it stopped
 
-One SFT warm-up on the task's solutions, a share `sft_iter_frac` of the prompts in the
-self-iteration format (`envs.text.IterationMix`), then for every variant and seed a run from that
-same SFT checkpoint (`LMStudy`): grpo (turn-0 tasks only), naive (whole K-turn revision episodes,
-K = `variants.naive_turns`, `algorithms.exit.MultiTurnTrainer`) and exit (`ExItTrainer`: task
-buffer, self-divergence, diversity bonus). Each is evaluated greedily for 1..`eval.steps`
-self-iteration steps on held-out tasks; training compute is the number of generated tokens.
-Writes summary.json, table.md and iterations.png.
+One SFT checkpoint (a share `sft_iter_frac` of its prompts in the self-iteration format), then a
+run per variant and seed from it (`LMStudy`): grpo (turn-0 tasks), naive (K-turn revision
+episodes, `MultiTurnTrainer`) and exit (`ExItTrainer`), each scored greedily after 1..`eval.steps`
+self-iteration steps on held-out tasks. Writes summary.json, table.md and iterations.png.
 """
 
 from __future__ import annotations
@@ -27,24 +24,16 @@ import time
 import numpy as np
 
 from experiments import CONFIGS
+from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.exit import (
     ExItConfig,
     ExItTrainer,
     MultiTurnTrainer,
     evaluate_iterations,
 )
-from jaxrl_suite.algorithms.lm_study import (
-    EvalConfig,
-    GRPOConfig,
-    LMStudy,
-    ModelConfig,
-    RunConfig,
-    SFTConfig,
-    TaskConfig,
-)
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure
+from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text import IterationMix
@@ -71,7 +60,7 @@ class VariantsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class IterationEvalConfig(EvalConfig):
+class IterationEvalConfig(kit.EvalConfig):
     steps: int = 8  # self-iteration steps at evaluation (1 = the task prompt alone)
 
     def __post_init__(self):
@@ -82,15 +71,15 @@ class IterationEvalConfig(EvalConfig):
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    task: TaskConfig = TaskConfig(name="sort", num_items=5, max_value=99, prompt_len=112)
-    model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
-    sft: SFTConfig = SFTConfig()
+    task: kit.TaskConfig = kit.TaskConfig(name="sort", num_items=5, max_value=99, prompt_len=112)
+    model: kit.ModelConfig = kit.ModelConfig()  # model.hf_path starts from a local HF checkpoint
+    sft: kit.SFTConfig = kit.SFTConfig()
     sft_iter_frac: float = 0.5  # share of SFT prompts in the self-iteration format
-    grpo: GRPOConfig = GRPOConfig()  # shared by every variant
+    grpo: kit.GRPOConfig = kit.GRPOConfig()  # shared by every variant
     exit: ExItConfig = ExItConfig()
     variants: VariantsConfig = VariantsConfig()
     eval: IterationEvalConfig = IterationEvalConfig(num_examples=128, batch_size=64)
-    run: RunConfig = RunConfig(seeds=(0, 1, 2), checkpoint_every=25, keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), checkpoint_every=25, keep_checkpoints=1)
 
     def __post_init__(self):
         if not 0.0 <= self.sft_iter_frac <= 1.0:
@@ -99,7 +88,7 @@ class Config:
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
-    study = LMStudy(NAME, cfg, opts, variants=cfg.variants.names)
+    study = kit.LMStudy(NAME, cfg, opts, variants=cfg.variants.names)
     mix = IterationMix(study.lm.task, p_iter=cfg.sft_iter_frac, p_div=cfg.exit.p_div,
                        seed=study.start_seed, max_previous_chars=cfg.exit.max_previous_chars)
     sft_params = study.shared_sft(task=mix).params
@@ -126,7 +115,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     claim = {v: {"gain_after_K": s["scores"]["mean"][-1] - s["scores"]["mean"][k - 1],
                  "gain_total": s["scores"]["mean"][-1] - s["scores"]["mean"][0], "K": k}
              for v, s in stats.items()}
-    _plot(opts.out_dir / "iterations.png", sft_scores, stats, cfg)
+    study.plot_means(np.arange(1, cfg.eval.steps + 1), stats, "scores",
+                     opts.out_dir / "iterations.png", reference=("SFT (start)", sft_scores),
+                     vline=cfg.variants.naive_turns, ylabel=f"held-out {cfg.task.name} score",
+                     xlabel="self-iteration steps at evaluation (dotted: naive K)",
+                     title=f"{cfg.task.name}: mean ± std over {len(cfg.run.seeds)} seeds")
     cols = sorted({1, k, cfg.eval.steps})
     rows = {v: {**{f"score @ {c}": {m: s["scores"][m][c - 1] for m in ("mean", "std")}
                    for c in cols}, "training tokens": s["train_tokens"]} for v, s in stats.items()}
@@ -139,24 +132,6 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         "claim": claim, "heldout_examples": len(study.held_out),
         "wall_time_s": time.perf_counter() - t_start, "resumed": opts.resume,
         "config": to_dict(cfg)}, table)
-
-
-def _plot(path, sft_scores, stats: dict, cfg: Config) -> None:
-    """Held-out score after each self-iteration step: mean ± std over seeds per variant."""
-    plt = pyplot()
-    steps = np.arange(1, cfg.eval.steps + 1)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(steps, sft_scores, "k--", label="SFT (start)")
-    for v, s in stats.items():
-        mean, std = np.array(s["scores"]["mean"]), np.array(s["scores"]["std"])
-        ax.plot(steps, mean, marker="o", label=v)
-        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    ax.axvline(cfg.variants.naive_turns, color="gray", lw=0.8, ls=":")
-    ax.set_xlabel("self-iteration steps at evaluation (dotted: naive K)")
-    ax.set_ylabel(f"held-out {cfg.task.name} score")
-    ax.set_title(f"{cfg.task.name}: mean ± std over {len(cfg.run.seeds)} seeds")
-    ax.legend()
-    save_figure(fig, path)
 
 
 EXPERIMENT = Experiment(

@@ -9,12 +9,10 @@ in a band and gives the best held-out maj@k / pass@k.
     jaxrl-suite run siren_entropy --smoke      # seconds; what the tests run
     jaxrl-suite run siren_entropy --resume     # a killed run continues where it stopped
 
-One SFT warm-up, then for every variant in `variants.names` and seed in `run.seeds` a GRPO run
-from that same SFT checkpoint (`LMStudy`): plain GRPO; naive (+ naive_entropy_bonus, coef
-`variants.naive_coef`); high_entropy (pg only on tokens at or above the
-`variants.high_entropy_quantile` entropy quantile, "80/20"); siren (+ siren_regularizer, coef
-`variants.siren_coef`, anchor = the SFT policy's H_bar on the seed's first batch, kept in the train
-state). Writes summary.json, table.md, entropy.png, length.png and accuracy.png.
+One SFT checkpoint, then a GRPO run per variant and seed from it (`LMStudy`): plain; naive
+(`entropy_reg=naive`); high_entropy (pg on the tokens above an entropy quantile, "80/20"); siren
+(`entropy_reg=siren`, anchored to the SFT policy's H_bar on the seed's first batch). Writes
+summary.json, table.md, entropy.png, length.png and accuracy.png.
 """
 
 from __future__ import annotations
@@ -27,15 +25,7 @@ import jax
 import numpy as np
 
 from experiments import CONFIGS
-from jaxrl_suite.algorithms.lm_study import (
-    EvalConfig,
-    GRPOConfig,
-    LMStudy,
-    ModelConfig,
-    RunConfig,
-    SFTConfig,
-    TaskConfig,
-)
+from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
@@ -65,14 +55,14 @@ class VariantsConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    task: TaskConfig = TaskConfig(name="countdown", num_numbers=3, max_number=10, max_target=50,
-                                  prompt_len=14)
-    model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
-    sft: SFTConfig = SFTConfig()
-    grpo: GRPOConfig = GRPOConfig()  # shared by every variant (entropy fields set per variant)
+    task: kit.TaskConfig = kit.TaskConfig(name="countdown", num_numbers=3, max_number=10,
+                                          max_target=50, prompt_len=14)
+    model: kit.ModelConfig = kit.ModelConfig()  # model.hf_path starts from a local HF checkpoint
+    sft: kit.SFTConfig = kit.SFTConfig()
+    grpo: kit.GRPOConfig = kit.GRPOConfig()  # shared by every variant but its entropy fields
     variants: VariantsConfig = VariantsConfig()
-    eval: EvalConfig = EvalConfig(samples=16, ks=(1, 4, 16))
-    run: RunConfig = RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    eval: kit.EvalConfig = kit.EvalConfig(samples=16, ks=(1, 4, 16))
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
 
     def __post_init__(self):
         if self.grpo.entropy_reg != "none" or self.grpo.high_entropy_quantile is not None:
@@ -82,14 +72,14 @@ class Config:
             raise ValueError("eval.samples must be > 0 (the table reports pass@k and maj@k)")
 
 
-def variant_config(cfg: Config, name: str) -> GRPOConfig:
+def variant_config(cfg: Config, name: str) -> kit.GRPOConfig:
     """The GRPO config of variant `name`: the shared `cfg.grpo` plus its entropy control."""
     return dataclasses.replace(cfg.grpo, **VARIANTS[name](cfg.variants))
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
-    study = LMStudy(NAME, cfg, opts, variants=cfg.variants.names)
+    study = kit.LMStudy(NAME, cfg, opts, variants=cfg.variants.names)
     sft_params = study.shared_sft().params
     sft = study.grpo_trainer(cfg.grpo, sft_params)
     sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: study.evaluate(sft, sft_params))

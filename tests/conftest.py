@@ -35,29 +35,21 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-def _capture_figures(mp: pytest.MonkeyPatch) -> dict:
-    """Record every matplotlib figure `core.metrics.save_figure` saves, by file name (it still
-    saves them), so a test can check a plot's axes and series against the data behind it."""
-    from jaxrl_suite.core import metrics
-
-    figures, save = {}, metrics.save_figure
-
-    def record(fig, path, **kwargs):
-        figures[os.path.basename(path)] = fig
-        save(fig, path, **kwargs)
-
-    mp.setattr(metrics, "save_figure", record)
-    return figures
-
 
 @pytest.fixture
-def figures(monkeypatch):
-    """{PNG file name: the figure saved to it} for the figures this test saves."""
-    return _capture_figures(monkeypatch)
+def figures():
+    """{PNG file name: `core.metrics.figure_data` of the figure saved to it} for this test, so
+    it can check a plot's axes and series against the data behind it."""
+    from jaxrl_suite.core.metrics import record_figures
+
+    with record_figures() as recorded:
+        yield recorded
 
 
 @pytest.fixture(scope="module")
 def module_figures():
     """`figures` for a module-scoped fixture's run."""
-    with pytest.MonkeyPatch.context() as mp:
-        yield _capture_figures(mp)
+    from jaxrl_suite.core.metrics import record_figures
+
+    with record_figures() as recorded:
+        yield recorded

@@ -31,7 +31,9 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import (
     plot_iqr_bands,
+    pyplot,
     read_metrics,
+    save_figure,
     to_python,
     trailing_mean,
     write_json,
@@ -185,6 +187,30 @@ class Study:
         plot_iqr_bands(steps, ys, path, xlabel=xlabel, ylabel=ylabel or key, hline=hline,
                        yscale=yscale, title=title or f"{self.name}: median and IQR over "
                        f"{len(self.seeds)} seeds")
+
+    def plot_means(self, x, stats: Mapping[str, Mapping], key: str, path: Path, *,
+                   reference: tuple[str, Sequence[float]] | None = None,
+                   vline: float | None = None, xlabel: str = "", ylabel: str = "",
+                   title: str = "") -> None:
+        """Mean ± std band over seeds of a list-valued result `key` (from `aggregate`) against
+        `x`, one line per variant; `reference` = (label, values) adds a dashed black line (e.g.
+        the shared start), `vline` a dotted vertical line. Process 0 only."""
+        if jax.process_index() != 0:
+            return
+        fig, ax = pyplot().subplots(figsize=(6, 4))
+        if reference is not None:
+            ax.plot(x, reference[1], "k--", label=reference[0])
+        for v, s in stats.items():
+            mean, std = np.array(s[key]["mean"]), np.array(s[key]["std"])
+            ax.plot(x, mean, marker="o", label=v)
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+        if vline is not None:
+            ax.axvline(vline, color="gray", lw=0.8, ls=":")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel or key)
+        ax.set_title(title or f"{self.name}: mean ± std over {len(self.seeds)} seeds")
+        ax.legend()
+        save_figure(fig, path)
 
     def table(self, stats: Mapping[str, Mapping], keys: Sequence[str], *,
               first: Mapping[str, Mapping[str, float]] | None = None,

@@ -31,8 +31,8 @@ def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
     tokens = {v: s["train_tokens"]["mean"] for v, s in summary["variants"].items()}
     assert tokens["naive"] > 2 * tokens["grpo"]  # three turns of generation per episode
     assert (smoke_run / "iterations.png").stat().st_size > 1000
-    ax, = figures["iterations.png"].axes  # SFT's scores and each variant's mean by step
-    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+    ax, = figures["iterations.png"]["axes"]  # SFT's scores and each variant's mean by step
+    lines = {line["label"]: line["y"] for line in ax["lines"]}
     np.testing.assert_allclose(lines["SFT (start)"], summary["sft_scores"])
     for v, s in summary["variants"].items():
         np.testing.assert_allclose(lines[v], s["scores"]["mean"])

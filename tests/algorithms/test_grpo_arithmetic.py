@@ -57,12 +57,12 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
                 "param_norm", "update_norm", "tokens_per_s"):
         assert np.isfinite(grpo[-1][key]), key
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
-    axes = figures["reward_curve.png"].axes  # one panel per key; each plots the GRPO records
-    assert [ax.get_title() for ax in axes[:3]] == ["reward (grpo)", "accuracy (grpo)",
-                                                  "length (grpo)"]
+    axes = figures["reward_curve.png"]["axes"]  # one panel per key; each plots the GRPO records
+    assert [ax["title"] for ax in axes[:3]] == ["reward (grpo)", "accuracy (grpo)",
+                                                "length (grpo)"]
     for ax, key in zip(axes, ("reward", "accuracy", "length"), strict=False):
-        (line,) = ax.get_lines()
-        np.testing.assert_allclose(line.get_ydata(),
+        (line,) = ax["lines"]
+        np.testing.assert_allclose(line["y"],
                                    metrics.trailing_mean([r[key] for r in grpo], 10))
     assert list((tmp_path / RUN / "tensorboard").glob("events.*"))
 

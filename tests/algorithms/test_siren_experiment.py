@@ -54,14 +54,14 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
     for name in ("entropy.png", "length.png", "accuracy.png"):
         assert (tmp_path / name).stat().st_size > 1000
         key = name.removesuffix(".png")
-        ax, = figures[name].axes
-        lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+        ax, = figures[name]["axes"]
+        lines = {line["label"]: line["y"] for line in ax["lines"]}
         for v in VARIANTS:  # the median over seeds of each variant's curve (2 steps: unsmoothed)
             seeds = [[r[key] for r in _records(tmp_path, f"{v}_s{s}")] for s in (0, 1)]
             np.testing.assert_allclose(lines[v], np.median(seeds, axis=0), err_msg=(name, v))
-    hline = [line for line in figures["entropy.png"].axes[0].get_lines()
-             if line.get_label() not in VARIANTS]
-    assert hline and hline[0].get_ydata()[0] == pytest.approx(claims["sft_entropy"])
+    hline = [line for line in figures["entropy.png"]["axes"][0]["lines"]
+             if line["label"] not in VARIANTS]
+    assert hline and hline[0]["y"][0] == pytest.approx(claims["sft_entropy"])
     table = (tmp_path / "table.md").read_text().splitlines()
     assert len(table) == 3 + len(VARIANTS) and table[2].startswith("| SFT (start) |")
 
