@@ -156,8 +156,8 @@ class LM:
         """The initial params of `seed` (a pretrained checkpoint's for every seed)."""
         if self.pretrained:
             return self.params
-        prompt_len = 1
-        return self.model.init(lm_keys(seed).init, jnp.zeros((1, prompt_len), jnp.int32))
+        # the param shapes and values do not depend on the length of the init input
+        return self.model.init(lm_keys(seed).init, jnp.zeros((1, 1), jnp.int32))
 
 
 def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256) -> None:
