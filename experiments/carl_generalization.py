@@ -13,8 +13,9 @@ Variants (all PPO, PureJaxRL's CartPole settings, seeds vmapped in one program e
                     context not observed
   dist_visible    - the same distribution, the context features appended to the observation
 Each is evaluated (deterministic policy) on a grid of pole length x gravity that reaches well
-outside the training box. Writes results/carl_generalization/{summary.json, metrics.jsonl,
-heatmap.png, learning_curves.png}; checkpoints after every chunk, so `--resume` loses nothing.
+outside the training box. Writes results/carl_generalization/{summary.json, table.md,
+heatmap.png, learning_curves.png} and per variant runs/VARIANT/{metrics.jsonl, result.json};
+checkpoints after every chunk (checkpoints/VARIANT), so `--resume` loses nothing.
 """
 
 from __future__ import annotations
@@ -26,24 +27,19 @@ import time
 import numpy as np
 
 from experiments import CONFIGS
-from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
+from jaxrl_suite.algorithms.ppo import PPOConfig, train_seeds
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import (
-    MetricsLogger,
-    median_iqr,
-    plot_iqr_bands,
-    pyplot,
-    save_figure,
-    write_json,
-)
+from jaxrl_suite.core.metrics import pyplot, save_figure
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_seeds, check_variants
+from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
 NAME = "carl_generalization"
 VARIANTS = ("default_hidden", "dist_hidden", "dist_visible")
+COLUMNS = {"default_context": "default ctx", "in_distribution": "in-dist grid",
+           "held_out": "held-out grid"}  # of the result table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,50 +100,45 @@ def eval_grid(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t0 = time.perf_counter()
+    study = Study(NAME, opts, variants=cfg.run.variants, seeds=cfg.run.seeds)
+    study.write_config(cfg)
     grid, inside = eval_grid(cfg)
     space = CONTEXT_SPACES[cfg.ppo.env]
     defaults = np.array([space[f][0] for f in cfg.context.features], np.float32)
     is_default = np.all(np.isclose(grid, defaults), axis=1)
-    ckpts = {v: Checkpointer(opts.out_dir / "checkpoints" / v, keep=1) for v in cfg.run.variants}
-    resume_step = resume_record_step(ckpts, cfg.run.variants, cfg.run.chunks) if opts.resume \
-        else None
-    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    results, curves = {}, {}
-    for v_idx, variant in enumerate(cfg.run.variants):
-        pcfg = variant_config(cfg, variant)
-        steps_per_chunk = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps
+    chunk_steps = (cfg.ppo.num_updates // cfg.run.chunks) * cfg.ppo.num_envs * cfg.ppo.num_steps
 
-        def on_chunk(c, n, metrics, evals, variant=variant, v_idx=v_idx, spc=steps_per_chunk):
-            step = v_idx * n + c + 1
-            record = {
-                "step": step, "variant": variant, "env_steps": (c + 1) * spc,
-                "train_return": float(np.nanmean(metrics["episode_return"][:, -10:])),
-                "grid_return": float(evals.mean()),
-            }
-            logger.log(record)
+    def train(variant: str) -> dict:  # every seed of one variant, resumable after each chunk
+        log = study.unit_log(variant)
+
+        def on_chunk(c, n, metrics, evals):
+            record = {"step": c + 1, "env_steps": (c + 1) * chunk_steps,
+                      "train_return": float(np.nanmean(metrics["episode_return"][:, -10:])),
+                      "grid_return": float(evals.mean())}
+            log.log(record)
             print0(f"[{NAME}] {variant}: chunk {c + 1}/{n}, train return "
                    f"{record['train_return']:.1f}, mean grid return {record['grid_return']:.1f}")
 
-        metrics, evals = train_seeds(
-            pcfg, cfg.run.seeds, eval_contexts=grid, checkpointer=ckpts[variant],
-            resume=opts.resume, on_chunk=on_chunk,
-        )
-        ckpts[variant].close()
+        ckpt = Checkpointer(study.checkpoint_dir(variant), keep=1)
+        _, evals = train_seeds(variant_config(cfg, variant), cfg.run.seeds, eval_contexts=grid,
+                               checkpointer=ckpt, resume=opts.resume, on_chunk=on_chunk)
+        ckpt.close()
+        log.close()
         final = evals[:, -1]  # [S, M] returns after training
-        per_seed = {
-            "default_context": final[:, is_default].mean(axis=1) if is_default.any() else None,
-            "in_distribution": final[:, inside].mean(axis=1),
-            "held_out": final[:, ~inside].mean(axis=1),
-            "grid": final.mean(axis=1),
-        }
-        results[variant] = {
-            "grid_median": np.median(final, axis=0).reshape(len(cfg.context.grid_x), -1),
-            **{k: {**median_iqr(v), "per_seed": v} for k, v in per_seed.items() if v is not None},
-            "gap": {**median_iqr(per_seed["in_distribution"] - per_seed["held_out"])},
-        }
-        curves[variant] = evals.mean(axis=2)  # [S, chunks] mean grid return over training
-    logger.close()
+        result = {"in_distribution": final[:, inside].mean(1),
+                  "held_out": final[:, ~inside].mean(1), "grid": final.mean(1),
+                  "curve": evals.mean(axis=2),  # [S, chunks] mean grid return over training
+                  "grid_median": np.median(final, axis=0).reshape(len(cfg.context.grid_x), -1)}
+        result["gap"] = result["in_distribution"] - result["held_out"]
+        if is_default.any():
+            result["default_context"] = final[:, is_default].mean(axis=1)
+        return result
 
+    runs = study.run_units(cfg.run.variants, train, fmt=lambda r: "median held-out return "
+                           f"{np.median(r['held_out']):.1f}")
+    stats = Study.unit_stats(runs, ("default_context", "in_distribution", "held_out", "grid",
+                                    "gap"))
+    results = {v: {**stats[v], "grid_median": runs[v]["grid_median"]} for v in runs}
     summary = {
         "config": to_dict(cfg),
         "grid_x": list(cfg.context.grid_x), "grid_y": list(cfg.context.grid_y),
@@ -163,27 +154,15 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             "gap_median_hidden": results["dist_hidden"]["gap"]["median"],
             "gap_median_visible": results["dist_visible"]["gap"]["median"],
         }
-    write_json(opts.out_dir / "summary.json", summary)
     _heatmap(cfg, results, inside, opts.out_dir / "heatmap.png")
-    chunk_steps = (cfg.ppo.num_updates // cfg.run.chunks) * cfg.ppo.num_envs * cfg.ppo.num_steps
-    x = chunk_steps * np.arange(1, cfg.run.chunks + 1)
-    plot_iqr_bands(x, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
-                   ylabel="mean return over the eval grid",
-                   title=f"CARL {cfg.ppo.env}: median and IQR over {len(cfg.run.seeds)} seeds")
-    print0(_table(cfg, results))
-    return summary
-
-
-def _table(cfg: Config, results: dict) -> str:
-    lines = [f"[{NAME}] final deterministic return, median [IQR] over {len(cfg.run.seeds)} seeds",
-             f"{'variant':<16}{'default ctx':>22}{'in-dist grid':>22}{'held-out grid':>22}"]
-    for variant, r in results.items():
-        cells = []
-        for k in ("default_context", "in_distribution", "held_out"):
-            s = r.get(k)
-            cells.append(f"{s['median']:.1f} [{s['q25']:.1f}, {s['q75']:.1f}]" if s else "-")
-        lines.append(f"{variant:<16}" + "".join(f"{c:>22}" for c in cells))
-    return "\n".join(lines)
+    study.plot_curves(runs, "curve", opts.out_dir / "learning_curves.png",
+                      x=chunk_steps * np.arange(1, cfg.run.chunks + 1),
+                      xlabel="env steps per seed", ylabel="mean return over the eval grid",
+                      title=f"CARL {cfg.ppo.env}: median and IQR over {len(cfg.run.seeds)} seeds")
+    table = study.table(stats, COLUMNS, cell="median", label="variant",
+                        formats=dict.fromkeys(COLUMNS, ".1f"))
+    return study.finish(summary, f"Final deterministic return, median [IQR] over "
+                        f"{len(cfg.run.seeds)} seeds\n\n{table}")
 
 
 def _heatmap(cfg: Config, results: dict, inside: np.ndarray, path) -> None:

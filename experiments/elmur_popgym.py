@@ -13,8 +13,10 @@ the same dataset per task and seed: trajectories of the task's oracle made noisy
 qualities. The models: ELMUR, the same transformer with memory read and write switched off
 (context = the current segment), and a GRU over the same tokens. Each is evaluated online,
 conditioned on the best return (1.0; POPGym scales every task's return to [-1, 1]). Reported: the
-mean episode return per task, mean and std over seeds. Writes
-results/elmur_popgym/{summary.json, metrics.jsonl, returns.png}.
+mean episode return per task, mean and std over seeds. Each (task, model) is a `Study` unit
+"TASK-DIFFICULTY/MODEL": writes results/elmur_popgym/{config.json, summary.json, table.md,
+returns.png} and per unit runs/UNIT/{metrics.jsonl (training blocks), result.json};
+`--resume` skips the units already finished.
 """
 
 from __future__ import annotations
@@ -38,9 +40,8 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh, print0
-from jaxrl_suite.core.study import check_seeds, check_variants
+from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -80,74 +81,51 @@ class Config:
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t0 = time.perf_counter()
-    logger = MetricsLogger(opts.out_dir, tensorboard=opts.tensorboard)
-    results, step = {}, 0
-    for name in cfg.run.tasks:
-        for difficulty in cfg.run.difficulties:
-            label = f"{name}-{difficulty}"
-            task = popgym_task(name, difficulty, cfg.elmur.segment_len)
-            env, env_params = make_popgym(name, difficulty)
-            results[label] = {}
-            for model in cfg.run.models:
-                pcfg = PolicyConfig(arch=model, elmur=cfg.elmur, gru_hidden=cfg.gru_hidden)
-                policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
-                t_train = time.perf_counter()
-                params, metrics = jax.block_until_ready(
-                    train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
-                t_train = time.perf_counter() - t_train
-                ev = evaluate_seeds(policy, env, cfg.run.eval_episodes, 1.0,
-                                    cfg.rcbc.return_scale)
-                out = ev(params, jax.random.key(7), env_params, task.horizon)
-                per_seed = np.asarray(out["return"], np.float64).mean(axis=1)  # [S]
-                results[label][model] = {
-                    "return_mean": float(per_seed.mean()), "return_std": float(per_seed.std()),
-                    "return_per_seed": per_seed,
-                    "data_return": float(np.asarray(metrics["data_return"]).mean()),
-                    "final_loss": float(np.asarray(metrics["loss"])[:, -1].mean()),
-                    "train_wall_s": t_train,
-                }
-                step += 1
-                logger.log({"step": step, "task": label, "model": model,
-                            "return": float(per_seed.mean()),
-                            "final_loss": results[label][model]["final_loss"]})
-                if opts.progress:
-                    print0(f"[{NAME}] {label} {model}: return {per_seed.mean():.3f} +- "
-                           f"{per_seed.std():.3f} ({t_train:.0f} s training)")
-    logger.close()
-    summary = {"config": to_dict(cfg), "results": results,
-               "wall_time_s": time.perf_counter() - t0}
-    write_json(opts.out_dir / "summary.json", summary)
-    _plot(cfg, results, opts.out_dir / "returns.png")
+    labels = [f"{t}-{d}" for t in cfg.run.tasks for d in cfg.run.difficulties]
     models = cfg.run.models
-    lines = [f"[{NAME}] mean episode return (mean +- std over {len(cfg.run.seeds)} seeds; "
-             f"{cfg.run.eval_episodes} episodes each; best possible 1.0)",
-             f"{'task':<26}" + "".join(f"{m:>18}" for m in models) + f"{'data':>8}"]
-    for label, r in results.items():
-        cells = "".join(f"{r[m]['return_mean']:>11.3f} +- {r[m]['return_std']:.3f}"
-                        for m in models)
-        lines.append(f"{label:<26}{cells}{r[models[0]]['data_return']:>8.3f}")
-    print0("\n".join(lines))
-    return summary
+    units = [f"{label}/{m}" for label in labels for m in models]
+    study = Study(NAME, opts, variants=units, seeds=cfg.run.seeds)
+    study.write_config(cfg)
 
+    def train_unit(unit: str) -> dict:
+        label, model = unit.split("/")
+        name, difficulty = label.rsplit("-", 1)
+        task = popgym_task(name, difficulty, cfg.elmur.segment_len)
+        env, env_params = make_popgym(name, difficulty)
+        pcfg = PolicyConfig(arch=model, elmur=cfg.elmur, gru_hidden=cfg.gru_hidden)
+        policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
+        t_train = time.perf_counter()
+        params, metrics = jax.block_until_ready(
+            train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
+        t_train = time.perf_counter() - t_train
+        loss, acc = np.asarray(metrics["loss"]), np.asarray(metrics["accuracy"])  # [S, blocks]
+        with study.unit_log(unit) as logger:
+            for b in range(loss.shape[1]):
+                logger.log({"step": b + 1, "update": (b + 1) * cfg.rcbc.log_every,
+                            "loss": float(loss[:, b].mean()), "accuracy": float(acc[:, b].mean())})
+        ev = evaluate_seeds(policy, env, cfg.run.eval_episodes, 1.0, cfg.rcbc.return_scale)
+        out = ev(params, jax.random.key(7), env_params, task.horizon)
+        per_seed = np.asarray(out["return"], np.float64).mean(axis=1)  # [S]
+        data = np.asarray(metrics["data_return"])  # [S]
+        return {"return_mean": float(per_seed.mean()), "return_std": float(per_seed.std()),
+                "return_per_seed": per_seed, "data_return": float(data.mean()),
+                "data_return_per_seed": data, "final_loss": float(loss[:, -1].mean()),
+                "train_wall_s": t_train}
 
-def _plot(cfg: Config, results: dict, path) -> None:
-    plt = pyplot()
-    labels, models = list(results), cfg.run.models
-    fig, ax = plt.subplots(figsize=(max(6.4, 2.2 * len(labels)), 4.0))
-    width = 0.8 / len(models)
-    x = np.arange(len(labels))
-    for i, model in enumerate(models):
-        m = [results[t][model]["return_mean"] for t in labels]
-        s = [results[t][model]["return_std"] for t in labels]
-        ax.bar(x + (i - (len(models) - 1) / 2) * width, m, width, yerr=s, capsize=3, label=model)
-    ax.set_xticks(x, labels, rotation=10)
-    ax.set_ylabel("mean episode return")
-    ax.set_ylim(-1.05, 1.05)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_title(f"POPGym, offline RC-BC (mean +- std, {len(cfg.run.seeds)} seeds)")
-    ax.legend()
-    ax.grid(alpha=0.3, axis="y")
-    save_figure(fig, path)
+    results = study.run_units(units, train_unit, fmt=lambda r: f"return {r['return_mean']:.3f} "
+                              f"± {r['return_std']:.3f} ({r['train_wall_s']:.0f} s training)")
+    per_task = {label: {m: results[f"{label}/{m}"] for m in models} for label in labels}
+    study.plot_bars({t: {m: r["return_per_seed"] for m, r in rs.items()}
+                     for t, rs in per_task.items()}, opts.out_dir / "returns.png",
+                    ylabel="mean episode return", hline=0.0, ylim=(-1.05, 1.05))
+    stats = {t: {**{m: seed_stats(r["return_per_seed"]) for m, r in rs.items()},
+                 "data": seed_stats(rs[models[0]]["data_return_per_seed"])}
+             for t, rs in per_task.items()}
+    print0(f"[{NAME}] mean episode return (mean ± std over {len(cfg.run.seeds)} seeds; "
+           f"{cfg.run.eval_episodes} episodes each; best possible 1.0)")
+    return study.finish({"config": to_dict(cfg), "results": per_task,
+                         "wall_time_s": time.perf_counter() - t0},
+                        study.table(stats, [*models, "data"], label="task"))
 
 
 EXPERIMENT = Experiment(

@@ -14,8 +14,10 @@ data and settings for each: ELMUR, and the same transformer with memory read and
 off (its context is the current segment only). Each is then evaluated online, step by step with
 `SeqPolicy.step` (O(1) per step, constant memory), on corridors of every length in
 `eval.lengths`. Reported: success rate (correct turn at the junction) per length, mean and std
-over seeds, and the evaluation's wall time per environment step. Writes
-results/elmur_tmaze/{summary.json, metrics.jsonl, success.png}.
+over seeds, and the evaluation's wall time per environment step. Each model is a `Study` unit:
+writes results/elmur_tmaze/{config.json, summary.json, table.md, success.png} and per model
+runs/MODEL/{metrics.jsonl (training blocks, then one record per length), result.json};
+`--resume` skips the models already finished.
 """
 
 from __future__ import annotations
@@ -39,9 +41,8 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import make_mesh, print0
-from jaxrl_suite.core.study import check_seeds, check_variants
+from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
 
@@ -100,97 +101,74 @@ class Config:
 def run(cfg: Config, opts: RunOptions) -> dict:
     t0 = time.perf_counter()
     task = tmaze_task(cfg.train.min_length, cfg.train.max_length, cfg.elmur.segment_len)
-    logger = MetricsLogger(opts.out_dir, tensorboard=opts.tensorboard)
-    results, step = {}, 0
-    for model in cfg.run.models:
+    lengths = cfg.eval.lengths
+    study = Study(NAME, opts, variants=cfg.run.models, seeds=cfg.run.seeds)
+    study.write_config(cfg)
+
+    def train_unit(model: str) -> dict:
         pcfg = PolicyConfig(arch=model, elmur=cfg.elmur)
         policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
         t_train = time.perf_counter()
         params, metrics = jax.block_until_ready(
             train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
         t_train = time.perf_counter() - t_train
-        loss = np.asarray(metrics["loss"])  # [S, blocks]
+        loss, acc = np.asarray(metrics["loss"]), np.asarray(metrics["accuracy"])  # [S, blocks]
+        logger = study.unit_log(model)
         for b in range(loss.shape[1]):
-            step += 1
-            logger.log({"step": step, "model": model, "update": (b + 1) * cfg.rcbc.log_every,
-                        "loss": float(loss[:, b].mean()),
-                        "accuracy": float(np.asarray(metrics["accuracy"])[:, b].mean())})
-        per_length = {}
-        evaluators = {}
-        for length, episodes in zip(cfg.eval.lengths, cfg.eval.episodes, strict=True):
+            logger.log({"step": b + 1, "update": (b + 1) * cfg.rcbc.log_every,
+                        "loss": float(loss[:, b].mean()), "accuracy": float(acc[:, b].mean())})
+        per_length, evaluators = {}, {}
+        for i, (length, episodes) in enumerate(zip(lengths, cfg.eval.episodes, strict=True)):
             if episodes not in evaluators:  # compile outside the timing: one short corridor
                 evaluators[episodes] = evaluate_seeds(policy, TMaze(), episodes, 1.0)
                 jax.block_until_ready(evaluators[episodes](
                     params, jax.random.key(0), tmaze_params(jnp.int32(1)), jnp.int32(3)))
-            ev = evaluators[episodes]
-            key = jax.random.key(10_000 + length)
-            env_params = tmaze_params(jnp.int32(length))
             t_eval = time.perf_counter()
-            out = jax.block_until_ready(ev(params, key, env_params, jnp.int32(length + 2)))
+            out = jax.block_until_ready(evaluators[episodes](
+                params, jax.random.key(10_000 + length), tmaze_params(jnp.int32(length)),
+                jnp.int32(length + 2)))
             t_eval = time.perf_counter() - t_eval
-            succ = np.asarray(out["success"], np.float64)  # [S, E]
+            per_seed = np.asarray(out["success"], np.float64).mean(axis=1)  # [S]
             steps = int(np.asarray(out["length"]).max())
-            per_seed = succ.mean(axis=1)
-            per_length[length] = {
+            per_length[str(length)] = {
                 "success_mean": float(per_seed.mean()), "success_std": float(per_seed.std()),
                 "success_per_seed": per_seed, "episodes_per_seed": episodes,
                 "episode_steps": steps, "eval_wall_s": t_eval,
                 "us_per_step": 1e6 * t_eval / max(steps, 1),
             }
-            step += 1
-            logger.log({"step": step, "model": model, "corridor_length": length,
+            logger.log({"step": loss.shape[1] + i + 1, "corridor_length": length,
                         "success": float(per_seed.mean()), "eval_wall_s": t_eval})
-            if opts.progress:
-                print0(f"[{NAME}] {model}: L={length:,} success {per_seed.mean():.2f} "
-                       f"+- {per_seed.std():.2f} ({t_eval:.1f} s)")
-        results[model] = {"train_wall_s": t_train, "final_loss": float(loss[:, -1].mean()),
-                          "data_return": float(np.asarray(metrics["data_return"]).mean()),
-                          "lengths": per_length}
-    logger.close()
+        logger.close()
+        return {"train_wall_s": t_train, "final_loss": float(loss[:, -1].mean()),
+                "data_return": float(np.asarray(metrics["data_return"]).mean()),
+                "lengths": per_length}
+
+    results = study.run_units(cfg.run.models, train_unit, fmt=lambda r: "success " + ", ".join(
+        f"L={n} {c['success_mean']:.2f}" for n, c in r["lengths"].items()))
+    success = {m: np.array([r["lengths"][str(n)]["success_per_seed"] for n in lengths]).T
+               for m, r in results.items()}  # [S, L]
+    stats = {m: {"success": seed_stats(s), **{f"L={n}": seed_stats(s[:, i])
+                                             for i, n in enumerate(lengths)}}
+             for m, s in success.items()}
+    study.plot_means(lengths, stats, "success", opts.out_dir / "success.png",
+                     reference=("memoryless (50 %)", [0.5] * len(lengths)), xscale="log",
+                     xlabel="corridor length", ylabel="success rate")
     summary = {"config": to_dict(cfg), "results": results,
                "wall_time_s": time.perf_counter() - t0}
     if "elmur" in results:
         summary["claim"] = {
             "paper": "100% success up to 1,000,000 steps",
-            "elmur_success_at_longest": results["elmur"]["lengths"][max(cfg.eval.lengths)][
+            "elmur_success_at_longest": results["elmur"]["lengths"][str(max(lengths))][
                 "success_mean"],
         }
-    write_json(opts.out_dir / "summary.json", summary)
-    _plot(cfg, results, opts.out_dir / "success.png")
-    header = f"{'model':<13}" + "".join(f"{'L=' + f'{n:,}':>18}" for n in cfg.eval.lengths)
-    lines = [f"[{NAME}] T-Maze success (mean +- std over {len(cfg.run.seeds)} seeds; trained on "
-             f"L <= {cfg.train.max_length}, segment {cfg.elmur.segment_len})", header]
-    for model, r in results.items():
-        cells = "".join(
-            f"{r['lengths'][n]['success_mean']:>11.2f} +- {r['lengths'][n]['success_std']:.2f}"
-            for n in cfg.eval.lengths)
-        lines.append(f"{model:<13}{cells}")
-    lines.append("eval time per env step (us): " + ", ".join(
-        f"{m} " + "/".join(f"{r['lengths'][n]['us_per_step']:.0f}" for n in cfg.eval.lengths)
-        for m, r in results.items()))
-    print0("\n".join(lines))
-    return summary
-
-
-def _plot(cfg: Config, results: dict, path) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    x = np.asarray(cfg.eval.lengths)
-    for model, r in results.items():
-        m = np.array([r["lengths"][n]["success_mean"] for n in cfg.eval.lengths])
-        s = np.array([r["lengths"][n]["success_std"] for n in cfg.eval.lengths])
-        (line,) = ax.plot(x, m, "o-", lw=2, label=model)
-        ax.fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2)
-    ax.axhline(0.5, color="k", ls="--", lw=1, label="memoryless (50 %)")
-    ax.set_xscale("log")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("corridor length")
-    ax.set_ylabel("success rate")
-    ax.set_title(f"T-Maze, trained on L <= {cfg.train.max_length} (mean +- std, "
-                 f"{len(cfg.run.seeds)} seeds)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    save_figure(fig, path)
+    print0(f"[{NAME}] T-Maze success (mean ± std over {len(cfg.run.seeds)} seeds; trained on "
+           f"L <= {cfg.train.max_length}, segment {cfg.elmur.segment_len})")
+    cols = {f"L={n}": f"L={n:,}" for n in lengths}
+    table = study.table(stats, cols, formats=dict.fromkeys(cols, ".2f"))
+    timing = "eval time per env step (us): " + ", ".join(
+        f"{m} " + "/".join(f"{r['lengths'][str(n)]['us_per_step']:.0f}" for n in lengths)
+        for m, r in results.items())
+    return study.finish(summary, f"{table}\n{timing}\n")
 
 
 EXPERIMENT = Experiment(

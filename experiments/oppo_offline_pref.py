@@ -20,10 +20,10 @@ Steps:
        pref_iql    Bradley-Terry reward model on the preferences, then IQL on its rewards
        oppo        OPPO on the same preferences (evaluated with z*)
        oracle_iql  IQL on the true rewards (the upper reference; it sees what the others don't)
-Each (dataset, method) unit writes runs/<dataset>/<method>/result.json and an orbax checkpoint of
-its final per-seed states (checkpoints/<dataset>/<method>); `--resume` skips the finished units
-(a kill loses the unit in progress only). Writes results/oppo_offline_pref/{summary.json,
-table.md, metrics.jsonl, returns.png, zspace.png}.
+Each (dataset, method) unit of the `Study` writes runs/<dataset>/<method>/result.json and an orbax
+checkpoint of its final per-seed states (checkpoints/<dataset>/<method>); `--resume` skips the
+units with a result.json (a kill loses the unit in progress only). Writes
+results/oppo_offline_pref/{config.json, summary.json, table.md, returns.png, zspace.png}.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ from jaxrl_suite.algorithms.pref_reward import RewardModelConfig
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, pyplot, save_figure, write_json
+from jaxrl_suite.core.metrics import pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_seeds, check_variants
+from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import gather_segments, make_preferences, normalized_score
 
@@ -228,80 +228,63 @@ def _zspace(agent, batch, state, prefs: dict) -> dict:
             "corr_dist_return": corr}
 
 
-def _run_unit(cfg, method, env, data, prefs, info, unit_dir: Path, ckpt_dir: Path,
-              want_zspace: bool) -> dict:
-    t0 = time.perf_counter()
-    train, agent, batch = TRAINERS[method](cfg, env, data, prefs)
-    base = jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method))
-    keys = jax.random.split(base, max(cfg.run.seeds) + 1)[np.asarray(cfg.run.seeds)]  # seed s:
-    # the s-th key, whatever the other seeds (split(k, n)[s] does not depend on n)
-    state, metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, batch)
-    returns = np.asarray(metrics["eval_return"], np.float64)
-    scores = np.asarray(normalized_score(returns, info["random_return"], info["expert_return"]))
-    result = {"method": method, "returns": returns.tolist(), "scores": scores.tolist(),
-              "score_mean": float(scores.mean()), "score_std": float(scores.std()),
-              "diagnostics": _diagnostics(method, metrics),
-              "wall_time_s": time.perf_counter() - t0}
-    if method == "oppo":
-        ctx = _context_diagnostics(agent, batch, state, prefs, jax.random.fold_in(keys[0], 7))
-        for name in ("near_phi", "best_phi"):
-            ctx[f"{name}_score"] = np.asarray(normalized_score(
-                np.asarray(ctx[f"{name}_return"]), info["random_return"],
-                info["expert_return"])).tolist()
-        result["contexts"] = ctx
-        if want_zspace:
-            result["zspace"] = _zspace(agent, batch, state, prefs)
-    if ckpt_dir.exists() and jax.process_index() == 0:
-        shutil.rmtree(ckpt_dir)  # a unit killed after its save, before its result.json
-    ckpt = Checkpointer(ckpt_dir, keep=1)
-    ckpt.save(0, state, {"method": method}, force=True)
-    ckpt.close()
-    if jax.process_index() == 0:
-        write_json(unit_dir / "result.json", result)
-    return result
-
-
 # -- the experiment --------------------------------------------------------------------------------
 def run(cfg: Config, opts: RunOptions) -> dict:
     t0 = time.perf_counter()
+    units = [f"{d}/{m}" for d in cfg.run.datasets for m in cfg.run.methods]
+    study = Study(NAME, opts, variants=units, seeds=cfg.run.seeds)
+    study.write_config(cfg)
     env = ContextualEnv(cfg.data.ppo.env)
     datasets, info, reused = _load_or_build_data(cfg, opts.out_dir / "data", opts.resume)
-    stream = cfg.data.steps_per_env
     print0(f"[{NAME}] {cfg.data.ppo.env} data {'reloaded' if reused else 'built'}: random "
            f"{info['random_return']:.1f}, expert {info['expert_return']:.1f}; snapshot scores "
            f"{np.round(info['snapshot_scores'], 1).tolist()}")
     prefs = _preferences(cfg, datasets)
-    units = [(d, m) for d in cfg.run.datasets for m in cfg.run.methods]
-    results: dict[str, dict] = {d: {} for d in cfg.run.datasets}
+    score = lambda r: np.asarray(normalized_score(np.asarray(r, np.float64), info["random_return"],
+                                                  info["expert_return"]))
 
-    def finished(d, m):  # a unit's result and the checkpoint of its final states
-        return ((opts.out_dir / "runs" / d / m / "result.json").is_file()
-                and (opts.out_dir / "checkpoints" / d / m).is_dir())
+    def train_unit(unit: str) -> dict:  # one (dataset, method), its seeds vmapped
+        t_unit = time.perf_counter()
+        d, method = unit.split("/")
+        train, agent, batch = TRAINERS[method](cfg, env, datasets[d], prefs[d])
+        base = jax.random.fold_in(jax.random.PRNGKey(1), METHODS.index(method))
+        keys = jax.random.split(base, max(cfg.run.seeds) + 1)[np.asarray(cfg.run.seeds)]  # seed
+        # s: the s-th key, whatever the other seeds (split(k, n)[s] does not depend on n)
+        state, metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, batch)
+        returns = np.asarray(metrics["eval_return"], np.float64)
+        scores = score(returns)
+        result = {"method": method, "returns": returns.tolist(), "scores": scores.tolist(),
+                  "score_mean": float(scores.mean()), "score_std": float(scores.std()),
+                  "diagnostics": _diagnostics(method, metrics),
+                  "wall_time_s": time.perf_counter() - t_unit}
+        if method == "oppo":
+            ctx = _context_diagnostics(agent, batch, state, prefs[d],
+                                       jax.random.fold_in(keys[0], 7))
+            for name in ("near_phi", "best_phi"):
+                ctx[f"{name}_score"] = score(ctx[f"{name}_return"]).tolist()
+            result["contexts"] = ctx
+            if d == cfg.run.zspace_dataset:
+                result["zspace"] = _zspace(agent, batch, state, prefs[d])
+        ckpt_dir = study.checkpoint_dir(unit)
+        if ckpt_dir.exists() and jax.process_index() == 0:
+            shutil.rmtree(ckpt_dir)  # a unit killed after its save, before its result.json
+        ckpt = Checkpointer(ckpt_dir, keep=1)
+        ckpt.save(0, state, {"method": method}, force=True)
+        ckpt.close()
+        return result
 
-    # metrics.jsonl: one record per unit in order; a resumed run rewrites it, the finished units'
-    # records from their result.json, so every unit appears exactly once
-    logger = MetricsLogger(opts.out_dir, tensorboard=opts.tensorboard)
-    for step, (d, m) in enumerate(units, start=1):
-        unit_dir = opts.out_dir / "runs" / d / m
-        if opts.resume and finished(d, m):
-            results[d][m] = r = json.loads((unit_dir / "result.json").read_text())
-            print0(f"[{NAME}] {d} / {m}: done before ({_fmt(r)})")
-        else:
-            results[d][m] = r = _run_unit(cfg, m, env, datasets[d], prefs[d], info, unit_dir,
-                                          opts.out_dir / "checkpoints" / d / m,
-                                          d == cfg.run.zspace_dataset)
-            print0(f"[{NAME}] {d} / {m}: {_fmt(r)}")
-        logger.log({"step": step, "dataset": d, "method": m, "score_mean": r["score_mean"],
-                    "score_std": r["score_std"], "wall_time_s": r["wall_time_s"]})
-    logger.close()
+    done = study.run_units(units, train_unit, fmt=_fmt)
+    results = {d: {m: done[f"{d}/{m}"] for m in cfg.run.methods} for d in cfg.run.datasets}
 
-    data_stats = {}
+    data_stats, stats = {}, {}
     for d in cfg.run.datasets:
-        s = dataset_scores(datasets[d], info, stream)
-        label = prefs[d]["label"]
+        s = dataset_scores(datasets[d], info, cfg.data.steps_per_env)
         data_stats[d] = {"rows": int(len(datasets[d]["rewards"])),
                          "episode_score_mean": float(s.mean()) if len(s) else None,
-                         "episodes": int(len(s)), "pref_tie_frac": float(np.mean(label == 0.5))}
+                         "episodes": int(len(s)),
+                         "pref_tie_frac": float(np.mean(prefs[d]["label"] == 0.5))}
+        stats[d] = {"data": data_stats[d]["episode_score_mean"],  # a plain value; None shows "-"
+                    **{m: seed_stats(r["scores"]) for m, r in results[d].items()}}
     claim = {}
     for d in cfg.run.datasets:
         if {"oppo", "pref_iql"} <= set(results[d]):
@@ -317,16 +300,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                "results": {d: {m: {k: v for k, v in r.items() if k != "zspace"}
                                for m, r in rs.items()} for d, rs in results.items()},
                "claim": claim, "resumed": opts.resume, "wall_time_s": time.perf_counter() - t0}
-    table = _table(cfg, results, data_stats)
-    if jax.process_index() == 0:
-        write_json(opts.out_dir / "summary.json", summary)
-        (opts.out_dir / "table.md").write_text(table + "\n")
-        _plot_returns(cfg, results, opts.out_dir / "returns.png")
-        z = results.get(cfg.run.zspace_dataset, {}).get("oppo", {}).get("zspace")
-        if z is not None:
-            _plot_zspace(z, cfg, opts.out_dir / "zspace.png")
-    print0(table)
-    return summary
+    keys = {"data": "data (behaviour)", **{m: m for m in cfg.run.methods}}
+    table = (f"D4RL-normalised return on {cfg.data.ppo.env}, mean ± std over "
+             f"{len(cfg.run.seeds)} seeds (data: the behaviour episodes' mean)\n\n"
+             + study.table(stats, keys, formats=dict.fromkeys(keys, ".1f"), label="dataset")
+             + _contexts_table(results))
+    study.plot_bars({d: {m: r["scores"] for m, r in rs.items()} for d, rs in results.items()},
+                    opts.out_dir / "returns.png", ylabel="D4RL-normalised return", hline=100.0)
+    z = results.get(cfg.run.zspace_dataset, {}).get("oppo", {}).get("zspace")
+    if z is not None and jax.process_index() == 0:
+        _plot_zspace(z, cfg, opts.out_dir / "zspace.png")
+    return study.finish(summary, table)
 
 
 def _fmt(r: dict) -> str:
@@ -334,52 +318,21 @@ def _fmt(r: dict) -> str:
             f"({len(r['scores'])} seeds, {r['wall_time_s']:.0f} s)")
 
 
-def _table(cfg: Config, results: dict, data_stats: dict) -> str:
-    methods = [m for m in METHODS if m in cfg.run.methods]
-    head = "| dataset | data (behaviour) | " + " | ".join(methods) + " |"
-    lines = [f"D4RL-normalised return on {cfg.data.ppo.env}, mean +- std over {len(cfg.run.seeds)} "
-             "seeds", "", head, "|" + "---|" * (len(methods) + 2)]
-    for d, rs in results.items():
-        beh = data_stats[d]["episode_score_mean"]
-        cells = [f"{rs[m]['score_mean']:.1f} +- {rs[m]['score_std']:.1f}" if m in rs else "-"
-                 for m in methods]
-        lines.append(f"| {d} | {'-' if beh is None else f'{beh:.1f}'} | " + " | ".join(cells)
-                     + " |")
-    ctx = {d: rs["oppo"]["contexts"] for d, rs in results.items()
-           if "contexts" in rs.get("oppo", {})}
-    if ctx:
-        ms = lambda x: f"{np.mean(x):.1f} +- {np.std(x):.1f}"
-        lines += ["", "OPPO's policy under other contexts (diagnostics; best phi reads the true "
-                  "returns), and the gap ||z* - nearest phi|| / median phi nearest-neighbour "
-                  "distance", "", "| dataset | z* | nearest phi to z* | best-return phi | gap |",
-                  "|---|---|---|---|---|"]
-        for d, c in ctx.items():
-            gap = np.asarray(c["z_star_to_nearest_phi"]) / np.asarray(c["phi_nn_median"])
-            lines.append(f"| {d} | {ms(results[d]['oppo']['scores'])} | {ms(c['near_phi_score'])} "
-                         f"| {ms(c['best_phi_score'])} | {np.mean(gap):.1f}x |")
-    return "\n".join(lines)
-
-
-def _plot_returns(cfg: Config, results: dict, path: Path) -> None:
-    plt = pyplot()
-    methods = [m for m in METHODS if m in cfg.run.methods]
-    fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(results), 3.6))
-    width = 0.8 / len(methods)
-    for j, m in enumerate(methods):
-        x = np.arange(len(results)) + (j - (len(methods) - 1) / 2) * width
-        mean = [rs[m]["score_mean"] if m in rs else np.nan for rs in results.values()]
-        std = [rs[m]["score_std"] if m in rs else 0.0 for rs in results.values()]
-        ax.bar(x, mean, width, yerr=std, capsize=3, label=m)
-        for xi, rs in zip(x, results.values(), strict=True):
-            if m in rs:
-                ax.scatter(np.full(len(rs[m]["scores"]), xi), rs[m]["scores"], s=6, c="k",
-                           zorder=3)
-    ax.set_xticks(range(len(results)), list(results))
-    ax.set_ylabel("D4RL-normalised return")
-    ax.axhline(100, color="gray", lw=0.8, ls="--")
-    ax.legend(fontsize=8, ncol=len(methods))
-    ax.set_title(f"{cfg.data.ppo.env}: mean +- std over {len(cfg.run.seeds)} seeds (dots: seeds)")
-    save_figure(fig, path)
+def _contexts_table(results: dict) -> str:
+    """OPPO under other contexts per dataset (a diagnostic, next to its z* score)."""
+    ctx = {d: rs["oppo"]["contexts"] for d, rs in results.items() if "oppo" in rs}
+    if not ctx:
+        return ""
+    ms = lambda x: f"{np.mean(x):.1f} ± {np.std(x):.1f}"
+    lines = ["", "OPPO's policy under other contexts (diagnostics; best phi reads the true "
+             "returns), and the gap ||z* - nearest phi|| / median phi nearest-neighbour distance",
+             "", "| dataset | z* | nearest phi to z* | best-return phi | gap |",
+             "|---|---|---|---|---|"]
+    for d, c in ctx.items():
+        gap = np.asarray(c["z_star_to_nearest_phi"]) / np.asarray(c["phi_nn_median"])
+        lines.append(f"| {d} | {ms(results[d]['oppo']['scores'])} | {ms(c['near_phi_score'])} "
+                     f"| {ms(c['best_phi_score'])} | {np.mean(gap):.1f}x |")
+    return "\n".join(lines) + "\n"
 
 
 def _plot_zspace(z: dict, cfg: Config, path: Path) -> None:

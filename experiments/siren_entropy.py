@@ -88,17 +88,12 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     def train(variant: str, seed: int, _) -> dict:
         trainer, t0 = trainers[variant], time.perf_counter()
-        init = trainer.init_state(sft_params, study.grpo_key(seed))
-        anchor = None
-        if variant == "siren":  # the SFT policy's H_bar on this seed's first batch
-            anchor = cfg.grpo.siren_anchor
-            if anchor is None:
-                anchor = trainer.measure_anchor(init, trainer.batch(0))
-            init = trainer.init_state(sft_params, study.grpo_key(seed), anchor=anchor)
+        init = trainer.init_state(sft_params, study.grpo_key(seed))  # siren: the anchor is the
+        # SFT policy's H_bar on this seed's first batch (unless grpo.siren_anchor is set)
         state = study.fit_run(trainer, init, variant, seed, num_steps=cfg.grpo.steps,
                               postfix=("reward", "entropy"))
-        return {**study.evaluate(trainer, state.params), "anchor": anchor,
-                "wall_time_s": time.perf_counter() - t0}
+        return {**study.evaluate(trainer, state.params), "wall_time_s": time.perf_counter() - t0,
+                "anchor": float(state.anchor) if variant == "siren" else None}
 
     results = study.run(train)
     keys = ["greedy_accuracy", *(f"{m}@{k}" for m in ("pass", "maj") for k in cfg.eval.ks),

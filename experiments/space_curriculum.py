@@ -13,7 +13,9 @@ curriculum trains PPO with the same settings and seeds; after every `eval_every`
 deterministic policy is evaluated on all instances. Reported: environment steps until the mean
 return over the full instance set first reaches `threshold` (median over seeds; seeds that never
 reach it count as not reached), and learning curves with IQR bands. Writes
-results/space_curriculum/{summary.json, metrics.jsonl, learning_curves.png}.
+results/space_curriculum/{summary.json, table.md, learning_curves.png} and per curriculum
+runs/NAME/{metrics.jsonl, result.json}; checkpoints after every chunk (checkpoints/NAME), so
+`--resume` loses nothing.
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ import time
 import numpy as np
 
 from experiments import CONFIGS
-from jaxrl_suite.algorithms.ppo import PPOConfig, resume_record_step, train_seeds
+from jaxrl_suite.algorithms.ppo import PPOConfig, train_seeds
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, median_iqr, plot_iqr_bands, write_json
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_seeds, check_variants
+from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.curricula import make_curriculum
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
@@ -118,51 +119,55 @@ def steps_to_threshold(curve: np.ndarray, steps: np.ndarray, threshold: float) -
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t0 = time.perf_counter()
+    study = Study(NAME, opts, variants=cfg.run.curricula, seeds=cfg.run.seeds)
+    study.write_config(cfg)
     instances = instance_set(cfg)
     pcfg = dataclasses.replace(
         cfg.ppo, context_features=cfg.instances.features, visible_features=cfg.instances.features
     )
     num_chunks = pcfg.num_updates // pcfg.eval_every
-    chunk_steps = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps
-    steps = chunk_steps * np.arange(1, num_chunks + 1)
-    ckpts = {c: Checkpointer(opts.out_dir / "checkpoints" / c, keep=1) for c in cfg.run.curricula}
-    resume_step = resume_record_step(ckpts, cfg.run.curricula, num_chunks) if opts.resume \
-        else None
-    logger = MetricsLogger(opts.out_dir, resume_step=resume_step, tensorboard=opts.tensorboard)
-    results, curves = {}, {}
-    for c_idx, name in enumerate(cfg.run.curricula):
+    steps = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps * np.arange(1, num_chunks + 1)
 
-        def on_chunk(c, n, metrics, evals, name=name, c_idx=c_idx):
-            record = {"step": c_idx * n + c + 1, "curriculum": name, "env_steps": int(steps[c]),
+    def train(name: str) -> dict:  # every seed of one curriculum, resumable after each chunk
+        log = study.unit_log(name)
+
+        def on_chunk(c, n, metrics, evals):
+            record = {"step": c + 1, "env_steps": int(steps[c]),
                       "mean_return_all_instances": float(np.median(evals.mean(axis=1))),
                       "train_return": float(np.nanmean(metrics["episode_return"][:, -10:]))}
             for k, v in metrics.items():
                 if k.startswith("curriculum/"):
                     record[k] = float(np.median(v[:, -1]))
-            logger.log(record)
+            log.log(record)
             if opts.progress:
                 print0(f"[{NAME}] {name}: {c + 1}/{n}, median mean return over instances "
                        f"{record['mean_return_all_instances']:.1f}")
 
-        curriculum = build_curriculum(cfg, name, instances)
+        ckpt = Checkpointer(study.checkpoint_dir(name), keep=1)
         metrics, evals = train_seeds(
-            pcfg, cfg.run.seeds, curriculum=curriculum, eval_contexts=instances,
-            checkpointer=ckpts[name], resume=opts.resume, on_chunk=on_chunk,
+            pcfg, cfg.run.seeds, curriculum=build_curriculum(cfg, name, instances),
+            eval_contexts=instances, checkpointer=ckpt, resume=opts.resume, on_chunk=on_chunk,
         )
-        ckpts[name].close()
+        ckpt.close()
+        log.close()
         curve = evals.mean(axis=2)  # [S, chunks] mean return over all instances
-        reach = np.array([steps_to_threshold(s, steps, cfg.run.threshold) for s in curve])
-        curves[name] = curve
-        results[name] = {
-            "steps_to_threshold_per_seed": reach,
-            "steps_to_threshold_median": float(np.median(reach)),
-            "seeds_reached": int(np.isfinite(reach).sum()),
-            "final_mean_return": median_iqr(curve[:, -1]),
-            "auc_mean_return": median_iqr(curve.mean(axis=1)),
-            "final_curriculum_metrics": {k: float(np.median(v[:, -1])) for k, v in metrics.items()
-                                         if k.startswith("curriculum/")},
-        }
-    logger.close()
+        return {"curve": curve, "final_mean_return": curve[:, -1],
+                "auc_mean_return": curve.mean(axis=1),
+                "steps_to_threshold_per_seed": [steps_to_threshold(x, steps, cfg.run.threshold)
+                                                for x in curve],
+                "final_curriculum_metrics": {k: float(np.median(v[:, -1])) for k, v in
+                                             metrics.items() if k.startswith("curriculum/")}}
+
+    runs = study.run_units(cfg.run.curricula, train, fmt=lambda r: "final return over the "
+                           f"instances, median {np.median(r['final_mean_return']):.1f}")
+    stats = Study.unit_stats(runs, ("final_mean_return", "auc_mean_return"))
+    results = {}
+    for c, r in runs.items():
+        reach = np.asarray(r["steps_to_threshold_per_seed"])  # inf where never reached
+        results[c] = {"steps_to_threshold_per_seed": reach,
+                      "steps_to_threshold_median": float(np.median(reach)),
+                      "seeds_reached": int(np.isfinite(reach).sum()), **stats[c],
+                      "final_curriculum_metrics": r["final_curriculum_metrics"]}
     summary = {
         "config": to_dict(cfg), "instances": instances, "env_steps": steps,
         "threshold": cfg.run.threshold, "results": results,
@@ -175,26 +180,23 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             "space_auc_median": results["space"]["auc_mean_return"]["median"],
             "round_robin_auc_median": results["round_robin"]["auc_mean_return"]["median"],
         }
-    write_json(opts.out_dir / "summary.json", summary)
-    plot_iqr_bands(
-        steps, curves, opts.out_dir / "learning_curves.png", xlabel="env steps per seed",
-        ylabel=f"mean return over {len(instances)} instances", hline=cfg.run.threshold,
+    study.plot_curves(
+        runs, "curve", opts.out_dir / "learning_curves.png", x=steps,
+        xlabel="env steps per seed", ylabel=f"mean return over {len(instances)} instances",
+        hline=cfg.run.threshold,
         title=f"Curricula on {cfg.ppo.env}: median and IQR over {len(cfg.run.seeds)} seeds",
     )
-    lines = [f"[{NAME}] steps to mean return >= {cfg.run.threshold:g} on all {len(instances)} "
-             f"instances (median over {len(cfg.run.seeds)} seeds)",
-             f"{'curriculum':<14}{'steps (median)':>16}{'reached':>9}{'final return':>26}"
-             f"{'mean over training':>26}"]
-    for name, r in results.items():
-        f, a = r["final_mean_return"], r["auc_mean_return"]
-        lines.append(
-            f"{name:<14}{r['steps_to_threshold_median']:>16,.0f}"
-            f"{r['seeds_reached']:>6}/{len(cfg.run.seeds):<2}"
-            f"{f['median']:>12.1f} [{f['q25']:.0f}, {f['q75']:.0f}]"
-            f"{a['median']:>12.1f} [{a['q25']:.0f}, {a['q75']:.0f}]"
-        )
-    print0("\n".join(lines))
-    return summary
+    rows = {c: {**r, "reached": f"{r['seeds_reached']}/{len(cfg.run.seeds)}"}
+            for c, r in results.items()}
+    table = study.table(rows, {"steps_to_threshold_median": "steps (median)", "reached":
+                               "reached", "final_mean_return": "final return",
+                               "auc_mean_return": "mean over training"},
+                        cell="median", label="curriculum",
+                        formats={"steps_to_threshold_median": ",.0f", "final_mean_return": ".1f",
+                                 "auc_mean_return": ".1f"})
+    return study.finish(summary, f"Steps to mean return >= {cfg.run.threshold:g} on all "
+                        f"{len(instances)} instances, median [IQR] over {len(cfg.run.seeds)} "
+                        f"seeds\n\n{table}")
 
 
 EXPERIMENT = Experiment(

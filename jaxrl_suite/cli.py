@@ -99,8 +99,10 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = out_dir.absolute()
     ckpt_dir = out_dir / "checkpoints"
     if args.resume:
-        if not ckpt_dir.is_dir() or not any(ckpt_dir.rglob("*")):
-            raise CheckpointNotFoundError(f"--resume: no checkpoint found in {ckpt_dir}")
+        done = (out_dir / "runs").glob("**/result.json")  # finished units of a Study
+        if not any(ckpt_dir.rglob("*") if ckpt_dir.is_dir() else ()) and not any(done):
+            raise CheckpointNotFoundError(f"--resume: no checkpoint found in {ckpt_dir} and no "
+                                          f"finished run in {out_dir / 'runs'}")
     elif ckpt_dir.exists() and jax.process_index() == 0:
         shutil.rmtree(ckpt_dir)  # a fresh run must not mix with an old run's checkpoints
     if jax.process_count() > 1:

@@ -104,7 +104,7 @@ class GRPOConfig:
     # Entropy regulariser, by name in losses.REGULARIZERS: "none"; "naive" adds -coef * H (full
     # vocabulary, all tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the
     # peak-entropy tokens. SIREN's anchor lives in the train state: `siren_anchor` if set, else
-    # `GRPOTrainer.init_state(..., anchor=trainer.measure_anchor(state, examples))`.
+    # measured on the initial policy by `GRPOTrainer.init_state` (or given to it: `anchor=`).
     entropy_reg: str = "none"
     entropy_coef: float = 0.0
     siren_top_p: float = 0.9
@@ -421,15 +421,18 @@ class GRPOTrainer(LMTrainer):
         self._embed = jax.jit(functools.partial(completion_embeddings, model))
 
     def init_state(self, params, rng, *, anchor: float | None = None) -> GRPOTrainState:
-        """The initial state. `anchor` is SIREN's target entropy (default `grpo.siren_anchor`;
-        e.g. `measure_anchor(state, examples)` of the initial policy); `UNSET_ANCHOR` when neither
-        is set."""
+        """The initial state. `anchor` is SIREN's target entropy (default `grpo.siren_anchor`).
+        With `entropy_reg="siren"` and neither set, it is measured as the paper anchors it: H_bar
+        of the initial policy `params` on the first batch (`measure_anchor(state,
+        batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`."""
         anchor = self.config.siren_anchor if anchor is None else anchor
         base = init_train_state(params, self.optimizer, rng)
         state = GRPOTrainState(
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
         )
+        if anchor is None and self.config.entropy_reg == "siren":
+            return self.init_state(params, rng, anchor=self.measure_anchor(state, self.batch(0)))
         return self.place_state(state)
 
     def batch(self, cursor: int) -> list[Example]:
@@ -468,9 +471,9 @@ class GRPOTrainer(LMTrainer):
 
     def measure_anchor(self, state: TrainState, examples: Sequence[Example]) -> float:
         """SIREN's anchor: H_bar (top-p entropy of the peak-entropy tokens) of the policy in
-        `state` on one rollout of `examples` (sampled with the state's key). Measure it on the
-        initial (SFT) policy and pass it to `init_state(..., anchor=...)`; the trainer keeps
-        nothing. The anchor is then checkpointed with the state."""
+        `state` on one rollout of `examples` (sampled with the state's key). `init_state`
+        measures it on the initial policy's first batch unless given one; the trainer keeps
+        nothing, the anchor is checkpointed with the state."""
         seq, _, _, _ = self.rollout(state, examples)
         return float(self._siren_entropy(state.params, seq))
 

@@ -37,13 +37,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
-from jaxrl_suite.algorithms.loop import fit_resumable, open_run_log
+from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
 from jaxrl_suite.core.parallel import make_mesh
-from jaxrl_suite.core.study import Study, check_seeds
+from jaxrl_suite.core.study import Study, check_seeds, open_run_log
 from jaxrl_suite.envs.text import TASKS, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer

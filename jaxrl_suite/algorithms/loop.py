@@ -8,7 +8,6 @@ checkpoint, so a resumed run sees exactly the batches the uninterrupted run woul
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import jax
 from tqdm.auto import tqdm
@@ -68,29 +67,6 @@ def fit(
     return state, cursor
 
 
-def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
-                 tensorboard: bool = False) -> MetricsLogger:
-    """The metrics log (`log_dir/metrics.jsonl`) of a run made of resumable stages.
-
-    `stages` lists each stage's (checkpoint dir, step offset) in order. Fresh (not `resume`), the
-    log starts empty. Resumed, it keeps the records up to the latest checkpoint of the last stage
-    that has one (offset + its step) and drops those the stopped run wrote after it, since the
-    resumed run writes them again; with no checkpoint at all it starts empty.
-    """
-    resume_step = None
-    if resume:
-        resume_step = 1
-        for directory, offset in stages:
-            if not Path(directory).is_dir():
-                continue
-            ckpt = Checkpointer(directory)
-            latest = ckpt.latest_step()
-            ckpt.close()
-            if latest is not None:
-                resume_step = offset + latest + 1
-    return MetricsLogger(log_dir, resume_step=resume_step, tensorboard=tensorboard)
-
-
 def fit_resumable(
     trainer,
     init: TrainState,
@@ -109,8 +85,8 @@ def fit_resumable(
 ) -> TrainState:
     """`fit` with its own checkpoints: with `resume`, continue from the latest checkpoint in
     `checkpoint_dir` (state and data cursor); otherwise start from `init`. A finished stage
-    resumes as its final state at once. Logs to `logger` (see `open_run_log` for a resumed
-    log); returns the final state. The one resume mechanism of every LM run."""
+    resumes as its final state at once. Logs to `logger` (see `core.study.open_run_log` for a
+    resumed log); returns the final state. The one resume mechanism of every LM run."""
     ckpt = Checkpointer(checkpoint_dir, save_every=save_every, keep=keep)
     state, cursor = init, 0
     try:

@@ -535,19 +535,6 @@ def train_seeds(
     return metrics, evals
 
 
-def resume_record_step(checkpointers: Mapping[str, Any], order: Sequence[str], chunks: int) -> int:
-    """First metrics `step` a resumed multi-run experiment must redo.
-
-    For experiments that run `train_seeds` once per name in `order`, each with `chunks` chunks
-    and its own checkpointer, and log chunk c of run i as step i * chunks + c + 1.
-    """
-    for i, name in enumerate(order):
-        done = checkpointers[name].latest_step() or 0
-        if done < chunks:
-            return i * chunks + done + 1
-    return len(order) * chunks + 1
-
-
 def run_seeds(config: PPOConfig, seeds, *, curriculum=None, eval_contexts=None, mesh=None):
     """Train every seed in one `jit(vmap(train))` program; metrics leaves are [S, ...].
 
@@ -597,7 +584,6 @@ __all__ = [
     "SamplerCurriculum",
     "make_train",
     "run_seeds",
-    "resume_record_step",
     "seed_keys",
     "sweep",
     "train_seeds",

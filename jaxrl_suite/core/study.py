@@ -14,6 +14,15 @@ has finished, its `result.json`; `checkpoints/VARIANT_sSEED/` its checkpoints. W
 `opts.resume`, a run whose `result.json` exists is not run again, and the others continue from
 their latest checkpoint (`algorithms.loop.fit_resumable`). Aggregation reads only those files,
 so a resumed study reports the same table as an uninterrupted one.
+
+Where the seeds of a variant run together, in one `jit(vmap(train))` program (the classic-control
+experiments), the unit of work is the variant, not a (variant, seed) pair:
+
+    results = study.run_units(["default", "visible"], lambda unit: train_all_seeds(unit))
+    stats = study.unit_stats(results, ["held_out"])  # each result["held_out"] is per-seed
+
+Each unit has `runs/UNIT/` (its `metrics.jsonl` via `unit_log`, its `result.json`) and
+`checkpoints/UNIT/`; a unit may be a path such as "medium-replay/oppo".
 """
 
 from __future__ import annotations
@@ -27,9 +36,12 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
+from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import (
+    MetricsLogger,
+    median_iqr,
     plot_iqr_bands,
     pyplot,
     read_metrics,
@@ -56,6 +68,38 @@ def check_variants(names: Sequence[str], known: Iterable[str], field: str = "var
         raise ValueError(f"{field} must be distinct entries of {known}, got {list(names)}")
 
 
+def seed_stats(values) -> dict[str, Any]:
+    """Statistics over seeds (axis 0) of per-seed values ([S] or [S, ...], elementwise then):
+    mean and std (ddof 0), median, q25 and q75 (NaNs ignored), and the per-seed values."""
+    x = np.asarray(values, np.float64)
+    return {"mean": x.mean(0).tolist(), "std": x.std(0).tolist(),
+            **{k: np.asarray(v).tolist() for k, v in median_iqr(x).items()},
+            "per_seed": x.tolist()}
+
+
+def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
+                 tensorboard: bool = False) -> MetricsLogger:
+    """The metrics log (`log_dir/metrics.jsonl`) of a run made of resumable stages.
+
+    `stages` lists each stage's (checkpoint dir, step offset) in order. Fresh (not `resume`), the
+    log starts empty. Resumed, it keeps the records up to the latest checkpoint of the last stage
+    that has one (offset + its step) and drops those the stopped run wrote after it, since the
+    resumed run writes them again; with no checkpoint at all it starts empty.
+    """
+    resume_step = None
+    if resume:
+        resume_step = 1
+        for directory, offset in stages:
+            if not Path(directory).is_dir():
+                continue
+            ckpt = Checkpointer(directory)
+            latest = ckpt.latest_step()
+            ckpt.close()
+            if latest is not None:
+                resume_step = offset + latest + 1
+    return MetricsLogger(log_dir, resume_step=resume_step, tensorboard=tensorboard)
+
+
 @dataclasses.dataclass
 class Study:
     """Runs `variants` x `seeds` under `opts.out_dir` (see the module docstring)."""
@@ -76,11 +120,15 @@ class Study:
     def run_name(variant: str, seed: int) -> str:
         return f"{variant}_s{seed}"
 
-    def run_dir(self, variant: str, seed: int) -> Path:
-        return self.out_dir / "runs" / self.run_name(variant, seed)
+    def _name(self, variant: str, seed: int | None) -> str:
+        return variant if seed is None else self.run_name(variant, seed)
 
-    def checkpoint_dir(self, variant: str, seed: int) -> Path:
-        return self.out_dir / "checkpoints" / self.run_name(variant, seed)
+    def run_dir(self, variant: str, seed: int | None = None) -> Path:
+        """runs/VARIANT_sSEED, or runs/UNIT without a seed (a unit of vmapped seeds)."""
+        return self.out_dir / "runs" / self._name(variant, seed)
+
+    def checkpoint_dir(self, variant: str, seed: int | None = None) -> Path:
+        return self.out_dir / "checkpoints" / self._name(variant, seed)
 
     def write_config(self, cfg) -> None:
         """config.json: what `jaxrl-suite eval RUN_DIR` rebuilds the study from."""
@@ -125,21 +173,54 @@ class Study:
                 print0(f"[{self.name}] {name}: {fmt(result)}")
         return results
 
+    def run_units(self, units: Sequence[str], train: Callable[[str], Mapping[str, Any]], *,
+                  fmt: Callable[[Mapping], str] | None = None) -> dict[str, dict]:
+        """`train(unit)` for every unit whose seeds run together; returns {unit: result}.
+
+        A result holds per-seed values (lists over `seeds`); it is saved, with "unit" and
+        "seeds" added, to runs/UNIT/result.json, and with `opts.resume` a saved one is read back,
+        not recomputed. A unit that checkpoints its own progress to `checkpoint_dir(unit)`
+        (e.g. `ppo.train_seeds`) continues from there. `fmt(result)` is the line printed after
+        each unit (default: its float fields).
+        """
+        fmt = fmt or format_numbers
+        results: dict[str, dict] = {}
+        for unit in units:
+            path = self.run_dir(unit) / "result.json"
+            if self.opts.resume and path.is_file():
+                results[unit] = json.loads(path.read_text())
+                print0(f"[{self.name}] {unit}: done before ({fmt(results[unit])})")
+                continue
+            result = {"unit": unit, "seeds": list(self.seeds), **train(unit)}
+            results[unit] = to_python(result)
+            if jax.process_index() == 0:
+                write_json(path, results[unit])
+            print0(f"[{self.name}] {unit}: {fmt(results[unit])}")
+        return results
+
+    def unit_log(self, unit: str) -> MetricsLogger:
+        """runs/UNIT/metrics.jsonl of a unit that logs step k and then saves checkpoint k to
+        `checkpoint_dir(unit)` (as `ppo.train_seeds` does per chunk); resumed, the records after
+        the latest checkpoint are dropped (the unit writes them again)."""
+        return open_run_log(self.run_dir(unit), [(self.checkpoint_dir(unit), 0)],
+                            resume=self.opts.resume, tensorboard=self.opts.tensorboard)
+
+    @staticmethod
+    def unit_stats(results: Mapping[str, Mapping], keys: Sequence[str]) -> dict[str, dict]:
+        """Per unit and key, `seed_stats` of the unit's per-seed values (keys it lacks are
+        skipped)."""
+        return {u: {k: seed_stats(r[k]) for k in keys if k in r} for u, r in results.items()}
+
     def per_variant(self, results: Mapping[str, Mapping]) -> dict[str, list[Mapping]]:
         """{variant: [result of each seed, in `seeds` order]}."""
         return {v: [results[self.run_name(v, s)] for s in self.seeds] for v in self.variants}
 
     def aggregate(self, results: Mapping[str, Mapping], keys: Sequence[str]) -> dict:
-        """Per variant and key: mean, std (ddof 0) and per-seed values. A key whose values are
-        lists (e.g. a score per iteration step) is aggregated elementwise."""
-        out = {}
-        for variant, runs in self.per_variant(results).items():
-            out[variant] = {}
-            for k in keys:
-                x = np.asarray([r[k] for r in runs], np.float64)  # [S] or [S, ...]
-                out[variant][k] = {"mean": x.mean(0).tolist(), "std": x.std(0).tolist(),
-                                   "per_seed": x.tolist()}
-        return out
+        """Per variant and key, `seed_stats` over the seeds' runs (mean, std, median, IQR and
+        per-seed values). A key whose values are lists (e.g. a score per iteration step) is
+        aggregated elementwise."""
+        return {variant: {k: seed_stats([r[k] for r in runs]) for k in keys}
+                for variant, runs in self.per_variant(results).items()}
 
     def curves(self, keys: Sequence[str], stage: str) -> dict[str, dict[str, np.ndarray]]:
         """Per variant and key, the [seeds, steps] training curve of `stage` from each run's
@@ -177,24 +258,27 @@ class Study:
         return out
 
     def plot_curves(self, curves: Mapping[str, Mapping[str, np.ndarray]], key: str, path: Path,
-                    *, smooth: int = 1, xlabel: str = "step", ylabel: str = "",
+                    *, x=None, smooth: int = 1, xlabel: str = "step", ylabel: str = "",
                     hline: float | None = None, yscale: str = "linear", title: str = "") -> None:
-        """Median and IQR band over seeds of `key`, one line per variant (trailing mean over
-        `smooth` steps per seed first)."""
-        ys = {v: np.stack([trailing_mean(row, smooth) for row in c[key]]) for v, c in
+        """Median and IQR band over seeds of `key` ([seeds, points] per variant) against `x`
+        (default 1, 2, ...), one line per variant (trailing mean over `smooth` points per seed
+        first)."""
+        ys = {v: np.stack([trailing_mean(row, smooth) for row in np.asarray(c[key])]) for v, c in
               curves.items()}
-        steps = np.arange(1, next(iter(ys.values())).shape[1] + 1)
-        plot_iqr_bands(steps, ys, path, xlabel=xlabel, ylabel=ylabel or key, hline=hline,
+        if x is None:
+            x = np.arange(1, next(iter(ys.values())).shape[1] + 1)
+        plot_iqr_bands(x, ys, path, xlabel=xlabel, ylabel=ylabel or key, hline=hline,
                        yscale=yscale, title=title or f"{self.name}: median and IQR over "
                        f"{len(self.seeds)} seeds")
 
     def plot_means(self, x, stats: Mapping[str, Mapping], key: str, path: Path, *,
                    reference: tuple[str, Sequence[float]] | None = None,
                    vline: float | None = None, xlabel: str = "", ylabel: str = "",
-                   title: str = "") -> None:
-        """Mean ± std band over seeds of a list-valued result `key` (from `aggregate`) against
-        `x`, one line per variant; `reference` = (label, values) adds a dashed black line (e.g.
-        the shared start), `vline` a dotted vertical line. Process 0 only."""
+                   xscale: str = "linear", title: str = "") -> None:
+        """Mean ± std band over seeds of a list-valued result `key` (from `aggregate` or
+        `unit_stats`) against `x`, one line per variant; `reference` = (label, values) adds a
+        dashed black line (e.g. the shared start or a chance level), `vline` a dotted vertical
+        line. Process 0 only."""
         if jax.process_index() != 0:
             return
         fig, ax = pyplot().subplots(figsize=(6, 4))
@@ -206,25 +290,76 @@ class Study:
             ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         if vline is not None:
             ax.axvline(vline, color="gray", lw=0.8, ls=":")
+        ax.set_xscale(xscale)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel or key)
         ax.set_title(title or f"{self.name}: mean ± std over {len(self.seeds)} seeds")
         ax.legend()
+        ax.grid(alpha=0.3)
         save_figure(fig, path)
 
-    def table(self, stats: Mapping[str, Mapping], keys: Sequence[str], *,
+    def plot_bars(self, groups: Mapping[str, Mapping[str, Sequence[float]]], path: Path, *,
+                  ylabel: str = "", hline: float | None = None, ylim=None,
+                  title: str = "") -> None:
+        """Grouped bars: {group: {series: per-seed values}} -> per group one bar per series, its
+        height the mean over seeds, a ± std error bar and a dot per seed. Process 0 only."""
+        if jax.process_index() != 0:
+            return
+        names = list(groups)
+        series = list(dict.fromkeys(s for g in groups.values() for s in g))
+        fig, ax = pyplot().subplots(figsize=(max(6.4, 1.6 + 1.9 * len(names)), 4.0))
+        width = 0.8 / len(series)
+        for j, s in enumerate(series):
+            x = np.arange(len(names)) + (j - (len(series) - 1) / 2) * width
+            vals = [np.asarray(groups[g].get(s, [np.nan]), np.float64) for g in names]
+            ax.bar(x, [v.mean() for v in vals], width, yerr=[v.std() for v in vals], capsize=3,
+                   label=s)
+            for xi, v in zip(x, vals, strict=True):
+                ax.scatter(np.full(len(v), xi), v, s=6, c="k", zorder=3)
+        ax.set_xticks(range(len(names)), names)
+        if hline is not None:
+            ax.axhline(hline, color="gray", lw=0.8, ls="--")
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title or f"{self.name}: mean ± std over {len(self.seeds)} seeds (dots: "
+                     "seeds)")
+        ax.legend(fontsize=8, ncol=len(series))
+        ax.grid(alpha=0.3, axis="y")
+        save_figure(fig, path)
+
+    def table(self, stats: Mapping[str, Mapping], keys: Sequence[str] | Mapping[str, str], *,
               first: Mapping[str, Mapping[str, float]] | None = None,
-              formats: Mapping[str, str] | None = None) -> str:
-        """Markdown table: one row per variant of mean ± std over seeds; `first` adds rows of
-        single values above them (e.g. the shared SFT start; NaN shows as "-"). Numbers use
-        format ".3f" unless `formats[key]` says otherwise."""
+              formats: Mapping[str, str] | None = None, cell: str = "mean",
+              label: str = "model") -> str:
+        """Markdown table: one row per variant (or unit) of its statistics over seeds, one column
+        per key (`keys` may map key -> column header). `cell` "mean" shows mean ± std, "median"
+        median [q25, q75]; an entry that is a plain number or string instead of statistics shows
+        as it is, and a key a row lacks as "-". `first` adds rows of single values above them
+        (e.g. the shared SFT start; NaN shows as "-"). Numbers use format ".3f" unless
+        `formats[key]` says otherwise."""
+        if cell not in ("mean", "median"):
+            raise ValueError(f"table: cell must be 'mean' or 'median', got {cell!r}")
+        heads = dict(keys) if isinstance(keys, Mapping) else {k: k for k in keys}
         f = lambda k, x: "-" if x != x else format(x, (formats or {}).get(k, ".3f"))
-        head = ["| model | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-        rows = [f"| {name} | " + " | ".join(f(k, vals[k]) for k in keys) + " |"
+
+        def show(k, s):
+            if s is None:
+                return "-"
+            if isinstance(s, str):
+                return s
+            if not isinstance(s, Mapping):
+                return f(k, s)
+            if cell == "mean":
+                return f"{f(k, s['mean'])} ± {f(k, s['std'])}"
+            return f"{f(k, s['median'])} [{f(k, s['q25'])}, {f(k, s['q75'])}]"
+
+        head = [f"| {label} | " + " | ".join(heads.values()) + " |",
+                "|---" * (len(heads) + 1) + "|"]
+        rows = [f"| {name} | " + " | ".join(f(k, vals[k]) for k in heads) + " |"
                 for name, vals in (first or {}).items()]
         for v, s in stats.items():
-            cells = [f"{f(k, s[k]['mean'])} ± {f(k, s[k]['std'])}" for k in keys]
-            rows.append(f"| {v} | " + " | ".join(cells) + " |")
+            rows.append(f"| {v} | " + " | ".join(show(k, s.get(k)) for k in heads) + " |")
         return "\n".join(head + rows) + "\n"
 
     def finish(self, summary: Mapping[str, Any], table: str | None = None) -> dict:
@@ -245,4 +380,5 @@ def format_numbers(result: Mapping) -> str:
                      if isinstance(v, float) and k != "wall_time_s")
 
 
-__all__ = ["Study", "check_seeds", "check_variants", "format_numbers"]
+__all__ = ["Study", "check_seeds", "check_variants", "format_numbers", "open_run_log",
+           "seed_stats"]

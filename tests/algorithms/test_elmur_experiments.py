@@ -31,15 +31,40 @@ def test_elmur_tmaze_smoke_writes_the_success_table_and_plot(tmp_path, capsys):
     # success.png: success rate against corridor length (log x), mean and a +-std band per model
     (ax,) = figs["success.png"]["axes"]
     assert ax["xscale"] == "log" and ax["ylabel"] == "success rate"
-    assert ax["legend"] == ["elmur", "transformer", "memoryless (50 %)"] and ax["bands"] == 2
+    assert ax["legend"] == ["memoryless (50 %)", "elmur", "transformer"] and ax["bands"] == 2
     for model, r in summary["results"].items():
         (line,) = [ln for ln in ax["lines"] if ln["label"] == model]
         np.testing.assert_array_equal(line["x"], [20, 200])
         want = [r["lengths"][n]["success_mean"] for n in ("20", "200")]
         np.testing.assert_allclose(line["y"], want)
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+    (ref,) = [ln for ln in ax["lines"] if ln["label"] == "memoryless (50 %)"]
+    np.testing.assert_array_equal(ref["y"], [0.5, 0.5])
+    # Each model is a Study unit: runs/MODEL/{metrics.jsonl, result.json}, steps 1..n in the unit
+    for model, r in summary["results"].items():
+        run = out / "runs" / model
+        assert json.loads((run / "result.json").read_text()) == r
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [rec["step"] for rec in records] == list(range(1, len(records) + 1))
+        assert records[-3]["loss"] == pytest.approx(r["final_loss"])  # last training block
+        assert [rec["corridor_length"] for rec in records[-2:]] == [20, 200]
+        assert [rec["success"] for rec in records[-2:]] == [
+            r["lengths"][n]["success_mean"] for n in ("20", "200")]
+    table = (out / "table.md").read_text()
+    assert "| model | L=20 | L=200 |" in table and "eval time per env step" in table
+    for model, r in summary["results"].items():  # the table's cells are the summary's numbers
+        cells = [f"{r['lengths'][n]['success_mean']:.2f} ± {r['lengths'][n]['success_std']:.2f}"
+                 for n in ("20", "200")]
+        assert f"| {model} | {' | '.join(cells)} |" in table
     assert "T-Maze success" in capsys.readouterr().out
+    # --resume of the finished study (no checkpoints: its units' result.json) retrains nothing
+    (out / "runs" / "transformer" / "result.json").unlink()  # as if killed in that unit
+    assert main(["run", "elmur_tmaze", *SMOKE, "--out", str(out), "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "elmur: done before" in printed and "transformer: done before" not in printed
+    again = json.loads((out / "summary.json").read_text())
+    assert again["results"]["elmur"] == summary["results"]["elmur"]
+    assert main(["run", "elmur_tmaze", *SMOKE, "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "no finished run in" in capsys.readouterr().err
 
 
 def test_elmur_popgym_smoke_writes_the_return_table_and_plot(tmp_path, capsys):
@@ -59,6 +84,18 @@ def test_elmur_popgym_smoke_writes_the_return_table_and_plot(tmp_path, capsys):
     assert ax["xticklabels"] == ["CountRecall-easy"] and ax["legend"] == list(cells)
     for model, cell in cells.items():
         np.testing.assert_allclose(ax["bars"][model], [cell["return_mean"]], rtol=1e-6)
+    # Each (task, model) is a Study unit: runs/TASK-DIFFICULTY/MODEL/{metrics.jsonl, result.json}
+    for model, cell in cells.items():
+        run = out / "runs" / "CountRecall-easy" / model
+        assert json.loads((run / "result.json").read_text()) == cell
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [rec["step"] for rec in records] == list(range(1, len(records) + 1))
+        assert records[-1]["loss"] == pytest.approx(cell["final_loss"])
+    table = (out / "table.md").read_text()
+    assert "| task | elmur | transformer | gru | data |" in table
+    row = [f"{c['return_mean']:.3f} ± {c['return_std']:.3f}" for c in cells.values()]
+    assert f"| CountRecall-easy | {' | '.join(row)} | {cells['elmur']['data_return']:.3f} ± " \
+        in table
     assert "mean episode return" in capsys.readouterr().out
 
 

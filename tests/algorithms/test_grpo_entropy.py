@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOConfig, GRPOTrainer
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
@@ -59,6 +59,17 @@ def test_anchor_measured_on_the_same_rollout_gives_zero_penalty(setup):
     assert m["entropy_reg"] == pytest.approx(0.0, abs=1e-8)
 
 
+def test_unset_siren_anchor_is_measured_on_the_initial_policys_first_batch(setup):
+    model, params, tok, task = setup
+    cfg = dataclasses.replace(BASE, entropy_reg="siren", entropy_coef=1.0)
+    trainer = GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
+    state = trainer.init_state(params, jax.random.PRNGKey(1))
+    given = trainer.init_state(params, jax.random.PRNGKey(1), anchor=0.5)  # same params and key
+    measured = trainer.measure_anchor(given, trainer.batch(0))
+    assert measured > 0 and float(state.anchor) == np.float32(measured)
+    assert float(given.anchor) == 0.5  # a given anchor is kept
+
+
 def test_the_anchor_lives_in_the_checkpointed_state_not_on_the_trainer(setup, tmp_path):
     model, params, tok, task = setup
     cfg = dataclasses.replace(BASE, entropy_reg="siren", entropy_coef=1.0, siren_anchor=0.25)
@@ -83,7 +94,7 @@ def test_siren_without_an_anchor_is_a_clear_error(setup):
     model, params, tok, task = setup
     cfg = dataclasses.replace(BASE, entropy_reg="siren", entropy_coef=1.0)
     trainer = GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
-    state = trainer.init_state(params, jax.random.PRNGKey(1))
+    state = trainer.init_state(params, jax.random.PRNGKey(1), anchor=UNSET_ANCHOR)  # never set
     with pytest.raises(ValueError, match="siren_anchor"):
         trainer.step(state, trainer.batch(0))
 

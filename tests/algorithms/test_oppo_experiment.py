@@ -36,7 +36,14 @@ def test_smoke_writes_table_plots_datasets_and_claim(smoke_run, capsys):
     holds = res["oppo"]["score_mean"] >= res["pref_iql"]["score_mean"]
     assert claim["oppo_ge_pref_iql"] is holds
     assert summary["claim"]["holds_on"] == f"{int(holds)}/1"  # one dataset in the smoke config
-    assert "| medium-replay |" in (out / "table.md").read_text()
+    # table.md: per dataset the behaviour data's mean, then each method's mean ± std over seeds
+    row = next(r for r in (out / "table.md").read_text().splitlines()
+               if r.startswith("| medium-replay |"))  # the first table's row
+    beh = summary["datasets"]["medium-replay"]["episode_score_mean"]
+    assert row.split(" | ")[1] == f"{beh:.1f}"
+    assert row.endswith(" | ".join(f"{r['score_mean']:.1f} ± {r['score_std']:.1f}"
+                                   for r in res.values()) + " |")
+    assert (out / "config.json").is_file() and not (out / "metrics.jsonl").exists()
     # returns.png: one bar per method at the dataset, its height the mean score; dots: the seeds
     (bars,) = figs["returns.png"]["axes"]
     assert bars["xticklabels"] == ["medium-replay"] and bars["legend"] == list(res)
@@ -71,15 +78,19 @@ def test_resume_reruns_only_the_missing_unit(smoke_run, capsys):
     assert main([*SMOKE, "--out", str(out), "--resume"]) == 0
     printed = capsys.readouterr().out
     assert "data reloaded" in printed
-    assert printed.count("done before") == 3 and "medium-replay / bc: normalised" in printed
+    assert printed.count("done before") == 3
+    for m in ("pref_iql", "oppo", "oracle_iql"):
+        assert f"[oppo_offline_pref] medium-replay/{m}: done before" in printed
+    assert "[oppo_offline_pref] medium-replay/bc: normalised" in printed
+    for m in ("bc", "pref_iql", "oppo", "oracle_iql"):  # every unit has its result.json again
+        saved = json.loads((out / f"runs/medium-replay/{m}/result.json").read_text())
+        assert saved["unit"] == f"medium-replay/{m}" and saved["seeds"] == [0, 1]
     after = json.loads((out / "summary.json").read_text())
     for m in ("oppo", "pref_iql", "oracle_iql"):
         assert after["results"]["medium-replay"][m] == before["results"]["medium-replay"][m]
     # the recomputed unit reproduces its first run exactly (same data, same keys)
     assert (after["results"]["medium-replay"]["bc"]["scores"]
             == before["results"]["medium-replay"]["bc"]["scores"])
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("override, message", [

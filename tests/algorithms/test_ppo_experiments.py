@@ -59,14 +59,17 @@ def test_carl_generalization_smoke_writes_table_heatmap_and_curves(tmp_path, cap
     curves = figs["learning_curves.png"]["axes"][0]
     assert curves["xlabel"] == "env steps per seed"
     assert curves["legend"] == variants and curves["bands"] == len(variants)
-    records = _records(out)
     for v in variants:
-        logged = [r for r in records if r["variant"] == v]
+        logged = _records(out / "runs" / v)  # one record per chunk
+        assert [r["step"] for r in logged] == [1, 2]
         line = _line(curves, v)
         np.testing.assert_array_equal(line["x"], [r["env_steps"] for r in logged])
         np.testing.assert_allclose(line["y"], [r["grid_return"] for r in logged], rtol=1e-5)
         assert line["y"][-1] == pytest.approx(summary["results"][v]["grid"]["median"], rel=1e-5)
     assert "held-out grid" in capsys.readouterr().out
+    table = (out / "table.md").read_text()
+    med = summary["results"]["dist_visible"]["held_out"]["median"]
+    assert "| dist_visible | - | " in table and f"{med:.1f} [" in table
 
 
 def test_space_curriculum_smoke_reports_steps_to_threshold(tmp_path, capsys):
@@ -79,8 +82,6 @@ def test_space_curriculum_smoke_reports_steps_to_threshold(tmp_path, capsys):
     assert len(summary["instances"]) >= 20
     sizes = summary["results"]["space"]["final_curriculum_metrics"]["curriculum/set_size"]
     assert 1 <= sizes <= len(summary["instances"])
-    records = _records(out)
-    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     # learning_curves.png: per curriculum, the median over seeds of the mean return over all
     # instances after each chunk (metrics.jsonl logs the same median), and the threshold
     ax = figs["learning_curves.png"]["axes"][0]
@@ -89,7 +90,9 @@ def test_space_curriculum_smoke_reports_steps_to_threshold(tmp_path, capsys):
     for c in curricula:
         line = _line(ax, c)
         np.testing.assert_array_equal(line["x"], summary["env_steps"])
-        logged = [r["mean_return_all_instances"] for r in records if r["curriculum"] == c]
+        records = _records(out / "runs" / c)
+        assert [r["step"] for r in records] == list(range(1, len(summary["env_steps"]) + 1))
+        logged = [r["mean_return_all_instances"] for r in records]
         np.testing.assert_allclose(line["y"], logged, rtol=1e-6)
         final = summary["results"][c]["final_mean_return"]["median"]
         assert line["y"][-1] == pytest.approx(final, rel=1e-6)
@@ -123,10 +126,13 @@ def test_resumed_space_run_logs_each_step_once(tmp_path):
             "--set", "run.curricula=[space,round_robin]"]
     assert main(argv) == 0
     first = (out / "summary.json").read_text()
-    # A finished run resumed again restores every chunk from its checkpoints and reruns nothing.
+    # A finished run resumed again reads every unit's result.json and reruns nothing; a unit
+    # killed after its last chunk's checkpoint (its result.json lost) restores every chunk.
+    (out / "runs" / "round_robin" / "result.json").unlink()
     assert main([*argv, "--resume"]) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["results"] == json.loads(first)["results"]
-    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps))
+    for c in ("space", "round_robin"):
+        steps = [r["step"] for r in _records(out / "runs" / c)]
+        assert steps == sorted(set(steps)) and steps
     assert Path(out / "checkpoints" / "space").is_dir()

@@ -5,11 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.loop import open_run_log
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.experiment import RunOptions
-from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.core.study import Study, check_seeds, check_variants
+from jaxrl_suite.core.metrics import read_metrics, record_figures
+from jaxrl_suite.core.study import Study, check_seeds, check_variants, open_run_log
 
 
 def _study(tmp_path, resume=False):
@@ -116,3 +115,69 @@ def test_seed_and_variant_checks():
         check_seeds(())
     with pytest.raises(ValueError, match=r"variants.names must be distinct entries of \['x'"):
         check_variants(("y",), ["x"])
+
+
+def _units(tmp_path, resume=False):
+    return Study("probe", RunOptions(out_dir=tmp_path, resume=resume), variants=("a", "b"),
+                 seeds=(0, 3))
+
+
+def test_run_units_saves_one_result_per_unit_and_resume_reads_it_back(tmp_path):
+    calls = []
+
+    def train(unit):
+        calls.append(unit)
+        return {"score": [1.0, 3.0] if unit == "d/a" else [2.0, 6.0], "curve": [[1, 2], [3, 6]]}
+
+    results = _units(tmp_path).run_units(["d/a", "d/b"], train)
+    assert calls == ["d/a", "d/b"]
+    saved = json.loads((tmp_path / "runs" / "d" / "b" / "result.json").read_text())
+    assert saved == results["d/b"] == {"unit": "d/b", "seeds": [0, 3], "score": [2.0, 6.0],
+                                       "curve": [[1, 2], [3, 6]]}
+    (tmp_path / "runs" / "d" / "a" / "result.json").unlink()  # as if killed during unit d/a
+    calls.clear()
+    assert _units(tmp_path, resume=True).run_units(["d/a", "d/b"], train) == results
+    assert calls == ["d/a"]
+    stats = Study.unit_stats(results, ["score", "curve", "missing"])
+    assert set(stats["d/a"]) == {"score", "curve"}
+    x = np.array([2.0, 6.0])
+    q25, med, q75 = np.percentile(x, [25, 50, 75])
+    got = stats["d/b"]["score"]
+    assert (got["mean"], got["std"]) == pytest.approx((x.mean(), x.std()))
+    assert (got["q25"], got["median"], got["q75"]) == pytest.approx((q25, med, q75))
+    np.testing.assert_allclose(stats["d/a"]["curve"]["mean"], [2.0, 4.0])  # elementwise
+    table = _units(tmp_path).table(stats, {"score": "score (higher is better)", "other": "o"},
+                                   cell="median", label="unit", formats={"score": ".1f"})
+    assert table.splitlines() == ["| unit | score (higher is better) | o |", "|---|---|---|",
+                                  "| d/a | 2.0 [1.5, 2.5] | - |", "| d/b | 4.0 [3.0, 5.0] | - |"]
+
+
+def test_unit_log_drops_what_follows_the_units_checkpoint(tmp_path):
+    study = _units(tmp_path)
+    log = study.unit_log("a")
+    for step in (1, 2, 3):
+        log.log({"step": step})
+    log.close()
+    ckpt = Checkpointer(study.checkpoint_dir("a"))
+    ckpt.save(2, {"w": np.zeros(2)}, force=True)  # steps 1, 2 saved; 3 was lost with the kill
+    ckpt.close()
+    _units(tmp_path, resume=True).unit_log("a").close()
+    assert [r["step"] for r in read_metrics(tmp_path / "runs" / "a" / "metrics.jsonl")] == [1, 2]
+
+
+def test_plot_bars_and_curves_show_the_data(tmp_path):
+    study = _units(tmp_path)
+    groups = {"g1": {"a": [1.0, 3.0], "b": [2.0, 2.0]}, "g2": {"a": [0.0, 4.0], "b": [5.0, 7.0]}}
+    curves = {"a": {"y": np.array([[1.0, 2.0, 3.0], [3.0, 4.0, 9.0]])}}
+    with record_figures() as figs:
+        study.plot_bars(groups, tmp_path / "bars.png", ylabel="return", hline=0.0)
+        study.plot_curves(curves, "y", tmp_path / "curves.png", x=[10, 20, 30])
+    (ax,) = figs["bars.png"]["axes"]
+    assert ax["xticklabels"] == ["g1", "g2"] and ax["legend"] == ["a", "b"]
+    np.testing.assert_allclose(ax["bars"]["a"], [2.0, 2.0])
+    np.testing.assert_allclose(ax["bars"]["b"], [2.0, 6.0])
+    dots = np.concatenate([pts[:, 1] for pts in ax["scatter"]])
+    np.testing.assert_allclose(dots, [1, 3, 0, 4, 2, 2, 5, 7])
+    (line,) = [ln for ln in figs["curves.png"]["axes"][0]["lines"] if ln["label"] == "a"]
+    np.testing.assert_array_equal(line["x"], [10, 20, 30])
+    np.testing.assert_allclose(line["y"], [2.0, 3.0, 6.0])  # the median of 2 seeds
