@@ -3,6 +3,7 @@
     python benchmarks/bench_grpo.py           # 4 layers x 128, vocab 384, G=8, 8 prompts, 64 tokens
     python benchmarks/bench_grpo.py --layers 8 --d-model 256 --group-size 16 --prompts 4
     python benchmarks/bench_grpo.py --smoke              # seconds (run by the tests)
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/bench_grpo.py --fsdp 2
 
 The model is freshly initialised, so completions run to (close to) the full length, as in the
 reference runs. Reference figures for the default sizes, measured on the same kind of 2-core
@@ -47,6 +48,8 @@ def main(argv=None) -> dict:
     p.add_argument("--mu", type=int, default=1, help="inner updates per step")
     p.add_argument("--beta", type=float, default=0.0, help="KL weight (>0 adds a reference pass)")
     p.add_argument("--steps", type=int, default=5, help="timed steps (after 2 warm-up steps)")
+    p.add_argument("--fsdp", type=int, default=1, help="mesh axis fsdp (data: the rest)")
+    p.add_argument("--tensor", type=int, default=1, help="mesh axis tensor")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
     p.add_argument("--out", type=Path, default=Path("results/bench_grpo.json"))
     a = p.parse_args(argv)
@@ -65,8 +68,9 @@ def main(argv=None) -> dict:
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, prompt_len), np.int32))
     grpo_cfg = GRPOConfig(prompts_per_step=a.prompts, group_size=a.group_size,
                           max_new_tokens=a.new_tokens, mu=a.mu, beta=a.beta)
-    trainer = GRPOTrainer(model, tokenizer, task, grpo_cfg, mesh=make_mesh(),
-                          prompt_len=prompt_len, ref_params=params)
+    mesh = make_mesh(fsdp=a.fsdp, tensor=a.tensor)
+    trainer = GRPOTrainer(model, tokenizer, task, grpo_cfg, mesh=mesh, prompt_len=prompt_len,
+                          ref_params=params)
     state = trainer.init_state(params, jax.random.PRNGKey(1))
     rows = []
     for i in range(2 + a.steps):
@@ -88,9 +92,11 @@ def main(argv=None) -> dict:
         "step_s": step_s, "generation_s": gen_s, "update_s": upd_s,
         "completion_tokens_per_step": tokens, "completion_tokens_per_s": tokens / step_s,
         "devices": jax.device_count(), "backend": jax.default_backend(),
+        "mesh": dict(trainer.mesh.shape),
     }
     print(f"GRPO step ({n_params / 1e6:.2f}M params, {a.prompts} prompts x G={a.group_size}, "
-          f"{a.new_tokens} new tokens, {jax.default_backend()} x{jax.device_count()})")
+          f"{a.new_tokens} new tokens, {jax.default_backend()} x{jax.device_count()}, mesh "
+          f"{dict(trainer.mesh.shape)})")
     print(f"  step {step_s:.3f} s = generation {gen_s:.3f} s ({gen_s / step_s:.0%}) "
           f"+ update {upd_s:.3f} s ({upd_s / step_s:.0%})")
     print(f"  completion tokens/s {tokens / step_s:,.0f} ({tokens:.0f} tokens per step)")

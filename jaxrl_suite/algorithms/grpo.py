@@ -33,7 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
-from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, replicate, shard_batch
+from jaxrl_suite.core.parallel import (
+    batch_shards,
+    gather_rows,
+    host_local,
+    jit_on_mesh,
+    process_rows,
+    shard_batch,
+)
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import (
     TrainState,
@@ -55,6 +62,7 @@ from jaxrl_suite.losses import (
 from jaxrl_suite.losses.sft import sft_loss
 from jaxrl_suite.losses.siren import peak_entropy_mask, siren_regularizer
 from jaxrl_suite.models import CausalLM
+from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
 from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling import KVCacheSampler, Sampler
 
@@ -220,6 +228,7 @@ class LMTrainer:
         max_new_tokens: int, greedy_sampler: Sampler | None = None,
         eval_sampler: Sampler | None = None,
     ):
+        check_model_mesh(model.config, mesh)
         self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
         ids = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
@@ -237,13 +246,15 @@ class LMTrainer:
         return ids, mask.astype(np.float32)
 
     def place_state(self, state):
-        return replicate(state, self.mesh)
+        """The state on the mesh: params and optimizer state sharded by `models.sharding`'s
+        rules (over fsdp and tensor), replicated over data."""
+        return shard_tree(state, self.mesh)
 
     def greedy_completions(self, params, examples: Sequence[Example], *,
                            batch_size: int) -> tuple[list[str], np.ndarray]:
         """Greedy completion of every example (all processes' rows, in order): (texts, lengths
         [len(examples)]). Fixed-size batches (the last one padded), so one compile."""
-        n_dev = self.mesh.devices.size
+        n_dev = batch_shards(self.mesh)
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
         rows = process_rows(batch_size)
         texts, lengths = [], []
@@ -278,7 +289,7 @@ class LMTrainer:
         if bad:
             raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
         sampler = functools.partial(self.eval_sampler, temperature=temperature, top_p=top_p)
-        n_dev = self.mesh.devices.size
+        n_dev = batch_shards(self.mesh)
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
         rows_of = process_rows(batch_size)
         flat = [e for e in examples for _ in range(n)]
@@ -328,7 +339,7 @@ class SFTTrainer(LMTrainer):
             logits = completion_logits(model, params, seq)
             return sft_loss(token_logprobs(logits, seq.completion), seq.completion_mask)
 
-        self._update = jax.jit(make_train_step(loss_fn, self.optimizer))
+        self._update = jit_on_mesh(make_train_step(loss_fn, self.optimizer), keep_placement=True)
 
     def init_state(self, params, rng) -> TrainState:
         return self.place_state(init_train_state(params, self.optimizer, rng))
@@ -359,7 +370,7 @@ class GRPOTrainer(LMTrainer):
         if config.beta > 0 and ref_params is None:
             raise ValueError("grpo.beta > 0 needs reference params (ref_params)")
         self.config = config
-        self.ref_params = None if ref_params is None else replicate(ref_params, mesh)
+        self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
         )
@@ -410,15 +421,15 @@ class GRPOTrainer(LMTrainer):
             new = keep_finite(new.replace(step=state.step + 1), state, finite)
             return new, dict(metrics, finite=finite)
 
-        self._update = jax.jit(update)
-        self._ref_logp = jax.jit(lambda p, seq: logp_fn(p, seq)[1])
-        self._siren_entropy = jax.jit(lambda p, seq: siren_regularizer(
+        self._update = jit_on_mesh(update, keep_placement=True)
+        self._ref_logp = jit_on_mesh(lambda p, seq: logp_fn(p, seq)[1])
+        self._siren_entropy = jit_on_mesh(lambda p, seq: siren_regularizer(
             logp_fn(p, seq)[0], seq.completion_mask, top_p=c.siren_top_p,
             quantile=c.siren_quantile, anchor=0.0, coef=0.0)[1]["siren_entropy"])
         self._advantages = jax.jit(
             lambda r: advantage(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         )
-        self._embed = jax.jit(functools.partial(completion_embeddings, model))
+        self._embed = jit_on_mesh(functools.partial(completion_embeddings, model))
 
     def init_state(self, params, rng, *, anchor: float | None = None) -> GRPOTrainState:
         """The initial state. `anchor` is SIREN's target entropy (default `grpo.siren_anchor`).

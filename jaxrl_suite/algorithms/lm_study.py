@@ -42,13 +42,14 @@ from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
-from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh
 from jaxrl_suite.core.study import Study, check_seeds, open_run_log
 from jaxrl_suite.envs.text import TASKS, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 from jaxrl_suite.models import CausalLM
 from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
+from jaxrl_suite.models.sharding import check_model_mesh
 from jaxrl_suite.sampling import KVCacheSampler
 
 # Task options, passed to the task when set (None = the task's own default). A generator option
@@ -122,7 +123,8 @@ class RunConfig:
     # SFT checkpoint every variant starts from) is seeded with the first
     tokenizer: str = "byt5"  # "byt5" (bytes, no files) or a local HF tokenizer dir (model.hf_path
     # brings its own tokenizer, which replaces this one)
-    num_devices: int | None = None  # devices on the "data" mesh axis (None = all)
+    num_devices: int | None = None  # devices in the mesh (None = all, across hosts)
+    mesh: MeshConfig = MeshConfig()  # axis sizes {data, fsdp, tensor}; -1 = the rest
     checkpoint_every: int = 50  # save every this many steps of each stage
     keep_checkpoints: int = 2  # keep the last this many checkpoints per stage
 
@@ -172,16 +174,14 @@ def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256) -> None:
 
 
 def check_batches(cfg, n_devices: int) -> None:
-    """Training batches split evenly over the devices, and GRPO's prompts over the processes.
-
-    (Evaluation rounds its batch to a multiple of the device count itself.)
-    """
+    """Training batches split evenly over the batch shards (mesh axes data x fsdp), and GRPO's
+    prompts over the processes. (Evaluation rounds its batch to a multiple of them itself.)"""
     rows = {"sft.batch_size": cfg.sft.batch_size,
             "grpo.prompts_per_step": cfg.grpo.prompts_per_step * cfg.grpo.group_size}
     for field, n in rows.items():
         if n % n_devices:
             raise ConfigError(f"config field '{field}' gives {n} rows per batch, which does not "
-                              f"divide evenly over {n_devices} devices")
+                              f"divide evenly over the {n_devices} batch shards (mesh data x fsdp)")
     if cfg.grpo.prompts_per_step % jax.process_count():
         raise ConfigError(f"config field 'grpo.prompts_per_step' must divide by the "
                           f"{jax.process_count()} processes")
@@ -211,8 +211,12 @@ def build_lm(cfg, task: Task | None = None) -> LM:
         )
     task = cfg.task.build() if task is None else task
     _check_lengths(task, tokenizer, cfg)
-    mesh = make_mesh(cfg.run.num_devices)
-    check_batches(cfg, int(mesh.devices.size))
+    try:
+        mesh = make_mesh(cfg.run.num_devices, **dataclasses.asdict(cfg.run.mesh))
+        check_model_mesh(model_cfg, mesh)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_batches(cfg, batch_shards(mesh))
     lm = LM(CausalLM(model_cfg), params, tokenizer, task, mesh, pretrained=params is not None)
     if params is None:
         lm = dataclasses.replace(lm, params=lm.init_params(cfg.run.seeds[0]))

@@ -1,9 +1,18 @@
-"""Device mesh and batch placement for data parallelism.
+"""The device mesh and batch placement: data parallelism, FSDP and tensor parallelism on one mesh.
 
-One code path serves one CPU, N local accelerators and several hosts. The mesh has a single
-`"data"` axis: batches are split along their leading dimension over it and parameters are
-replicated; inside `jax.jit` XLA then inserts the gradient all-reduce, so a step on N devices
-computes the same global-batch gradient as a step on one device.
+One code path serves one CPU, N local accelerators and several hosts. The mesh has three named
+axes, `("data", "fsdp", "tensor")` (`MESH_AXES`), sized by `MeshConfig` (`run.mesh: {data: -1,
+fsdp: 1, tensor: 1}`, -1 = the rest of the devices; the default is pure data parallelism):
+
+- batches are split along their leading dimension over `("data", "fsdp")` (`BATCH_AXES`);
+- parameters and optimizer state are sharded over `fsdp` and `tensor` by the rules of
+  `models/sharding.py`, and replicated over `data`;
+- inside `jax.jit` XLA (GSPMD) inserts every collective: the gradient all-reduce over the batch
+  axes, FSDP's per-layer all-gathers and reduce-scatters, the tensor-parallel all-reduces. Nothing
+  is hand-written, so a step on any mesh computes the step of one device.
+
+Devices are laid out data-major and tensor-minor, so the tensor axis (the most communication)
+spans neighbouring devices (the same host, the fastest links).
 
 Multi-host: call `jax.distributed.initialize()` first on every host; `make_mesh()` then spans all
 hosts' devices. Each process handles the rows `process_rows(n)` of a global batch of n rows:
@@ -13,6 +22,7 @@ rows of a result back, and `gather_rows` collects a host-side per-row array from
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -21,6 +31,42 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 DATA_AXIS = "data"
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")  # a batch's leading dimension is split over these
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Sizes of the mesh axes; one of them may be -1 ("the rest of the devices")."""
+
+    data: int = -1  # data parallelism: replicas of the (sharded) model, each with batch rows
+    fsdp: int = 1  # parameters, gradients and optimizer state sharded; batch rows too
+    tensor: int = 1  # attention heads and the MLP hidden dimension split (Megatron style)
+
+    def __post_init__(self):
+        sizes = dataclasses.asdict(self)
+        bad = [f"{k}={v}" for k, v in sizes.items() if v == 0 or v < -1]
+        if bad or list(sizes.values()).count(-1) > 1:
+            raise ValueError(f"run.mesh: every axis size must be >= 1, or -1 for at most one "
+                             f"axis; got {', '.join(f'{k}={v}' for k, v in sizes.items())}")
+
+    def shape(self, num_devices: int) -> tuple[int, int, int]:
+        """(data, fsdp, tensor) for `num_devices` devices; a one-line error when they do not
+        multiply to it."""
+        sizes = (self.data, self.fsdp, self.tensor)
+        known = int(np.prod([s for s in sizes if s != -1]))
+        if -1 in sizes:
+            if num_devices % known:
+                raise ValueError(f"run.mesh {self._text()}: the fixed axes ({known} devices) do "
+                                 f"not divide the {num_devices} devices")
+            sizes = tuple(num_devices // known if s == -1 else s for s in sizes)
+        elif known != num_devices:
+            raise ValueError(f"run.mesh {self._text()} needs {known} devices, but {num_devices} "
+                             "are in use")
+        return sizes
+
+    def _text(self) -> str:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in dataclasses.asdict(self).items()) + "}"
 
 
 def init_distributed(**kwargs) -> None:
@@ -59,25 +105,38 @@ def init_distributed(**kwargs) -> None:
     jax.distributed.initialize(**{**options, **kwargs})
 
 
-def make_mesh(num_devices: int | None = None, *, axis: str = DATA_AXIS) -> Mesh:
-    """A 1-D `Mesh` over the first `num_devices` devices (default: all, across hosts)."""
+def make_mesh(num_devices: int | None = None, *, data: int = -1, fsdp: int = 1,
+              tensor: int = 1) -> Mesh:
+    """The ("data", "fsdp", "tensor") `Mesh` over the first `num_devices` devices (default: all,
+    across hosts), with the axis sizes of `MeshConfig(data, fsdp, tensor)`."""
     devices = jax.devices()
     n = len(devices) if num_devices is None else num_devices
     if not 1 <= n <= len(devices):
         raise ValueError(f"num_devices={n} but {len(devices)} devices are visible")
+    shape = MeshConfig(data, fsdp, tensor).shape(n)
     # An explicit Mesh (not jax.make_mesh) keeps Auto axes, so jit propagates shardings itself.
-    return Mesh(np.asarray(devices[:n]), (axis,))
+    return Mesh(np.asarray(devices[:n]).reshape(shape), MESH_AXES)
+
+
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes a batch's leading dimension is split over (those of `BATCH_AXES` it has)."""
+    return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+
+
+def batch_shards(mesh: Mesh) -> int:
+    """How many pieces a batch is split into: the product of the batch axes' sizes."""
+    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh)]))
 
 
 def data_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading axis split over `"data"`, the rest replicated."""
-    return NamedSharding(mesh, P(mesh.axis_names[0]))
+    """Leading axis split over the batch axes ("data", "fsdp"), the rest replicated."""
+    return NamedSharding(mesh, P(batch_axes(mesh)))
 
 
 def place_seeds(keys: jax.Array, mesh: Mesh | None) -> jax.Array:
-    """Seed keys [S] split over the mesh's data axis, so that a `jit(vmap(train))` over them runs
+    """Seed keys [S] split over the mesh's batch axes, so that a `jit(vmap(train))` over them runs
     each device's share of the seeds; unchanged without a mesh or when S does not divide."""
-    if mesh is None or keys.shape[0] % mesh.size:
+    if mesh is None or keys.shape[0] % batch_shards(mesh):
         return keys
     return jax.device_put(keys, data_sharding(mesh))
 
@@ -87,20 +146,19 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def shard_batch(batch, mesh: Mesh):
-    """Place every leaf of `batch` with its leading axis split over the mesh.
+    """Place every leaf of `batch` with its leading axis split over the batch axes.
 
     `batch` leaves hold this host's rows (all rows on a single host). The leading size must divide
-    evenly by the number of devices (per host), otherwise a one-line ValueError says so.
+    evenly by this host's share of the batch shards, otherwise a one-line ValueError says so.
     """
     sharding = data_sharding(mesh)
-    n_local = len(mesh.local_devices)
+    n_local = max(1, batch_shards(mesh) // jax.process_count())
 
     def put(x):
         x = np.asarray(x)
         if x.ndim == 0 or x.shape[0] % n_local:
-            raise ValueError(
-                f"batch leading size {x.shape[:1]} must be divisible by the {n_local} local devices"
-            )
+            raise ValueError(f"batch leading size {x.shape[:1]} must be divisible by the {n_local} "
+                             "batch shards of this host (mesh axes data x fsdp)")
         if jax.process_count() == 1:
             return jax.device_put(x, sharding)
         return jax.make_array_from_process_local_data(sharding, x)
@@ -133,6 +191,43 @@ def gather_rows(local: np.ndarray) -> np.ndarray:
     from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(np.asarray(local), tiled=True))
+
+
+def mesh_of(tree) -> Mesh | None:
+    """The mesh of the first array in `tree` placed with a `NamedSharding` (None if none is)."""
+    for x in jax.tree.leaves(tree):
+        sharding = getattr(x, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            return sharding.mesh
+    return None
+
+
+def jit_on_mesh(fn, *, keep_placement: bool = False, **jit_kwargs):
+    """`jax.jit(fn)`, traced and run under the mesh its first argument is placed on
+    (`jax.set_mesh`), so the activation constraints inside (`models.sharding.constrain`) apply.
+
+    With `keep_placement`, `fn(state, *args) -> (state, aux)` and the new state keeps the
+    placement of the given one (its leaves' shardings are the `out_shardings`; aux is left to
+    XLA): a sharded train state stays sharded the same way, step after step. One compiled program
+    per placement.
+    """
+    compiled = {}
+
+    def call(first, *args, **kwargs):
+        shardings = jax.tree.map(lambda x: getattr(x, "sharding", None), first)
+        key = (jax.tree.structure(first), tuple(jax.tree.leaves(shardings)))
+        if key not in compiled:
+            out = {"out_shardings": (shardings, None)} if keep_placement else {}
+            compiled[key] = jax.jit(fn, **out, **jit_kwargs)
+        mesh = mesh_of(first)
+        if mesh is None:
+            return compiled[key](first, *args, **kwargs)
+        with jax.set_mesh(mesh):
+            return compiled[key](first, *args, **kwargs)
+
+    # as on a jitted function: how many programs are compiled (all placements together)
+    call._cache_size = lambda: sum(f._cache_size() for f in compiled.values())
+    return call
 
 
 def replicate(tree, mesh: Mesh):

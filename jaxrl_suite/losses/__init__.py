@@ -11,6 +11,12 @@ from jaxrl_suite.losses.advantages import (
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
+from jaxrl_suite.losses.chunked import (
+    chunked_logprobs_and_entropy,
+    chunked_token_map,
+    logprobs_and_entropy,
+    project_logits,
+)
 from jaxrl_suite.losses.common import masked_mean, token_entropy, token_logprobs
 from jaxrl_suite.losses.grpo import (
     POLICY_LOSSES,
@@ -29,6 +35,8 @@ __all__ = [
     "POLICY_LOSSES",
     "REGULARIZERS",
     "aggregate",
+    "chunked_logprobs_and_entropy",
+    "chunked_token_map",
     "cispo_loss",
     "cispo_surrogate",
     "clipped_surrogate",
@@ -38,8 +46,10 @@ __all__ = [
     "gspo_loss",
     "importance_ratio",
     "k3_kl",
+    "logprobs_and_entropy",
     "masked_mean",
     "ppo_surrogate",
+    "project_logits",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
     "rloo_advantages",

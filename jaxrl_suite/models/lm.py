@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxrl_suite.models.sharding import constrain
+
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Finite "minus infinity": a fully masked row gives a uniform softmax instead of NaN.
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -128,7 +130,9 @@ def init_cache(config: LMConfig, batch_size: int, cache_len: int, dtype=jnp.floa
     if cache_len > config.max_len:
         raise ValueError(f"cache_len={cache_len} exceeds LMConfig.max_len={config.max_len}")
     shape = (batch_size, config.n_kv_heads, cache_len, config.resolved_head_dim)
-    zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(config.n_layers))
+    names = ("batch", "kv_heads", None, None)  # rows over the batch axes, kv heads over tensor
+    zeros = lambda: tuple(constrain(jnp.zeros(shape, dtype), names)
+                          for _ in range(config.n_layers))
     return KVCache(k=zeros(), v=zeros())
 
 
@@ -332,12 +336,17 @@ class CausalLM(nn.Module):
             embedding_init=nn.initializers.normal(stddev=0.02),
             name="embed",
         )
-        h = embed(tokens)  # [B, T, D]
+        residual = ("batch", None, None)  # the residual stream is split by rows only
+        # The table's d_model shards (FSDP) are gathered where the table is used; its vocab rows
+        # stay split over tensor (a vocab-parallel lookup and, when tied, vocab-parallel logits).
+        table = constrain(embed.embedding, ("vocab", None)).astype(dtype)  # [V, D]
+        h = constrain(jnp.take(table, tokens, axis=0), residual)  # [B, T, D], as nn.Embed
         for i in range(cfg.n_layers):
             h, cache = Block(cfg, name=f"layer_{i}")(h, cos, sin, mask, cache, i, cache_index)
+            h = constrain(h, residual)
         h = RMSNorm(cfg.norm_eps, name="final_norm")(h)
         if cfg.tie_embeddings:
-            logits = embed.attend(h)
+            logits = jnp.dot(h, table.T)  # as nn.Embed.attend
         else:
             logits = nn.Dense(
                 cfg.vocab_size,

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.models.lm import CausalLM, init_cache
 from jaxrl_suite.sampling.base import GenerateOutput
 
@@ -177,7 +178,7 @@ class KVCacheSampler:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
         self._settings = (_f32(self.temperature), _f32(self.top_p))  # converted once, not per call
-        self._generate = jax.jit(functools.partial(
+        self._generate = jit_on_mesh(functools.partial(
             _generate, model, max_new_tokens=max_new_tokens, top_k=top_k, eos_id=eos_id,
             pad_id=pad_id, greedy=greedy,
         ))

@@ -1,6 +1,7 @@
 """Two processes (2 CPU devices each) joined by `jax.distributed` train exactly like one process
-with 4 devices (an SFT step, then 2 GRPO steps), and the experiment runs end to end under
-`jax.distributed` with process 0 writing.
+with 4 devices (an SFT step, then 2 GRPO steps; and on an FSDP mesh, data 2 x fsdp 2, SFT and a
+GRPO update with the parameters sharded across the processes), and the experiment runs end to
+end under `jax.distributed` with process 0 writing.
 Both exit with status 0; and when either one fails, the other aborts with a clear message within
 the heartbeat timeout instead of hanging in its next collective.
 
@@ -43,6 +44,29 @@ STEPS = textwrap.dedent(
             g, m = grpo.step(g, grpo.batch(4 * n))
         leaves = [np.asarray(x.addressable_data(0)) for x in jax.tree.leaves(g.params)]
         return leaves, m
+
+    def train_fsdp():
+        # mesh (data 2, fsdp 2, tensor 1): each process holds half of every matrix; two SFT
+        # steps and a GRPO update on fixed advantages (signal, not Adam-normalised noise)
+        model = CausalLM(LMConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64))
+        params = model.init(jax.random.PRNGKey(0), np.zeros((1, 12), np.int32))
+        tok, task = load_tokenizer(), make_task("arithmetic", digits=2)
+        mesh = make_mesh(data=2, fsdp=2)
+        sft = SFTTrainer(model, tok, task, SFTConfig(batch_size=8, warmup_steps=1), mesh=mesh,
+                         prompt_len=12, max_new_tokens=22)
+        s = sft.init_state(params, jax.random.PRNGKey(1))
+        for i in range(2):
+            s, _ = sft.step(s, sft.batch(i))
+        grpo = GRPOTrainer(model, tok, task, GRPOConfig(prompts_per_step=4, group_size=4,
+                           max_new_tokens=22, beta=0.05), mesh=mesh, prompt_len=12,
+                           ref_params=params)
+        g = grpo.init_state(s.params, jax.random.PRNGKey(2))
+        seq, old_logp, rewards, info = grpo.rollout(g, grpo.batch(0))
+        adv = np.random.default_rng(0).normal(size=16).astype(np.float32)
+        g, m = grpo.update(g, seq, old_logp, rewards, info, advantages=adv)
+        q = g.params["params"]["layer_0"]["attn"]["q"]["kernel"]
+        assert q.sharding.spec[0] == "fsdp" and q.addressable_data(0).shape == (16, 32)
+        return [np.asarray(x.addressable_data(0)) for x in jax.tree.leaves(g.params)], m
     """
 )
 
@@ -54,8 +78,10 @@ WORKER = STEPS + textwrap.dedent(
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
     assert jax.process_count() == 2 and jax.device_count() == 4
     leaves, m = train_two_steps()
+    fsdp, mf = train_fsdp()
     if pid == 0:
         np.savez(f"{out}/multi.npz", *leaves, reward=m["reward"], loss=m["loss"])
+        np.savez(f"{out}/multi_fsdp.npz", *fsdp, loss=mf["loss"], kl=mf["kl"])
     from jaxrl_suite.cli import main
     sys.exit(main(["run", "grpo_arithmetic", "--smoke", "--no-progress", "--out", f"{out}/run"]))
     """
@@ -67,6 +93,8 @@ REFERENCE = STEPS + textwrap.dedent(
     assert jax.process_count() == 1 and jax.device_count() == 4
     leaves, m = train_two_steps()
     np.savez(f"{sys.argv[1]}/single.npz", *leaves, reward=m["reward"], loss=m["loss"])
+    fsdp, mf = train_fsdp()
+    np.savez(f"{sys.argv[1]}/single_fsdp.npz", *fsdp, loss=mf["loss"], kl=mf["kl"])
     """
 )
 
@@ -98,10 +126,13 @@ def test_two_processes_equal_one_process_and_run_the_experiment(tmp_path):
     )
     assert ref.returncode == 0, ref.stderr[-3000:]
 
-    multi, single = np.load(tmp_path / "multi.npz"), np.load(tmp_path / "single.npz")
-    assert sorted(multi.files) == sorted(single.files)
-    for name in multi.files:
-        np.testing.assert_allclose(multi[name], single[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    for kind in ("", "_fsdp"):  # data parallel, and FSDP across the two processes
+        multi = np.load(tmp_path / f"multi{kind}.npz")
+        single = np.load(tmp_path / f"single{kind}.npz")
+        assert sorted(multi.files) == sorted(single.files)
+        for name in multi.files:
+            np.testing.assert_allclose(multi[name], single[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=kind + name)
 
     # The experiment under jax.distributed: process 0 alone wrote the outputs, once per step.
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

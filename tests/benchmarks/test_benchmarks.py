@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.parametrize(
     "name, unit",
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
-     ("bench_lru_kernel", "reference")],
+     ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
