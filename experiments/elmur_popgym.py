@@ -34,9 +34,9 @@ from jaxrl_suite.algorithms.rcbc import (
     RCBCConfig,
     SeqPolicy,
     evaluate_seeds,
+    fit_seeds,
     popgym_task,
     token_dim,
-    train_seeds,
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
@@ -94,15 +94,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         env, env_params = make_popgym(name, difficulty)
         pcfg = PolicyConfig(arch=model, elmur=cfg.elmur, gru_hidden=cfg.gru_hidden)
         policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
-        t_train = time.perf_counter()
-        params, metrics = jax.block_until_ready(
-            train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
-        t_train = time.perf_counter() - t_train
-        loss, acc = np.asarray(metrics["loss"]), np.asarray(metrics["accuracy"])  # [S, blocks]
         with study.unit_log(unit) as logger:
-            for b in range(loss.shape[1]):
-                logger.log({"step": b + 1, "update": (b + 1) * cfg.rcbc.log_every,
-                            "loss": float(loss[:, b].mean()), "accuracy": float(acc[:, b].mean())})
+            params, metrics, t_train = fit_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, logger,
+                                                 make_mesh())
+        loss = np.asarray(metrics["loss"])  # [S, blocks]
         ev = evaluate_seeds(policy, env, cfg.run.eval_episodes, 1.0, cfg.rcbc.return_scale)
         out = ev(params, jax.random.key(7), env_params, task.horizon)
         per_seed = np.asarray(out["return"], np.float64).mean(axis=1)  # [S]

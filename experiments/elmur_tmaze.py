@@ -35,9 +35,9 @@ from jaxrl_suite.algorithms.rcbc import (
     RCBCConfig,
     SeqPolicy,
     evaluate_seeds,
+    fit_seeds,
     tmaze_task,
     token_dim,
-    train_seeds,
 )
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
@@ -108,15 +108,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     def train_unit(model: str) -> dict:
         pcfg = PolicyConfig(arch=model, elmur=cfg.elmur)
         policy = SeqPolicy(pcfg, token_dim(task), task.num_actions)
-        t_train = time.perf_counter()
-        params, metrics = jax.block_until_ready(
-            train_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, make_mesh()))
-        t_train = time.perf_counter() - t_train
-        loss, acc = np.asarray(metrics["loss"]), np.asarray(metrics["accuracy"])  # [S, blocks]
         logger = study.unit_log(model)
-        for b in range(loss.shape[1]):
-            logger.log({"step": b + 1, "update": (b + 1) * cfg.rcbc.log_every,
-                        "loss": float(loss[:, b].mean()), "accuracy": float(acc[:, b].mean())})
+        params, metrics, t_train = fit_seeds(cfg.rcbc, pcfg, task, cfg.run.seeds, logger,
+                                             make_mesh())
+        loss = np.asarray(metrics["loss"])  # [S, blocks]
         per_length, evaluators = {}, {}
         for i, (length, episodes) in enumerate(zip(lengths, cfg.eval.episodes, strict=True)):
             if episodes not in evaluators:  # compile outside the timing: one short corridor

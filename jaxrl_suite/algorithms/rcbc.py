@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.ppo import seed_keys
@@ -414,6 +416,21 @@ def train_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask,
     return jax.jit(jax.vmap(train))(keys)
 
 
+def fit_seeds(config: RCBCConfig, policy_cfg: PolicyConfig, task: OfflineTask,
+              seeds: Sequence[int], logger, mesh=None):
+    """`train_seeds`, timed, with its training curve logged: block b (every `log_every`
+    updates) as `{"step": b + 1, "update", "loss", "accuracy"}`, means over the seeds, to
+    `logger` (a `core.metrics.MetricsLogger`, left open). Returns (params, metrics, seconds)."""
+    t0 = time.perf_counter()
+    params, metrics = jax.block_until_ready(train_seeds(config, policy_cfg, task, seeds, mesh))
+    seconds = time.perf_counter() - t0
+    loss, acc = np.asarray(metrics["loss"]), np.asarray(metrics["accuracy"])  # [S, blocks]
+    for b in range(loss.shape[1]):
+        logger.log({"step": b + 1, "update": (b + 1) * config.log_every,
+                    "loss": float(loss[:, b].mean()), "accuracy": float(acc[:, b].mean())})
+    return params, metrics, seconds
+
+
 def evaluate_seeds(policy: SeqPolicy, env, num_episodes: int, target_return: float,
                    return_scale: float = 1.0):
     """Jitted `run(stacked_params, key, env_params, max_steps)`: `evaluate` for every seed's
@@ -500,6 +517,7 @@ __all__ = [
     "dataset_tokens",
     "evaluate",
     "evaluate_seeds",
+    "fit_seeds",
     "make_tokens",
     "make_train",
     "popgym_task",
