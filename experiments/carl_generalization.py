@@ -27,12 +27,10 @@ import time
 import numpy as np
 
 from experiments import CONFIGS
-from jaxrl_suite.algorithms.ppo import PPOConfig, train_seeds
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, save_figure
-from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
 
@@ -109,21 +107,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     chunk_steps = (cfg.ppo.num_updates // cfg.run.chunks) * cfg.ppo.num_envs * cfg.ppo.num_steps
 
     def train(variant: str) -> dict:  # every seed of one variant, resumable after each chunk
-        log = study.unit_log(variant)
-
-        def on_chunk(c, n, metrics, evals):
-            record = {"step": c + 1, "env_steps": (c + 1) * chunk_steps,
-                      "train_return": float(np.nanmean(metrics["episode_return"][:, -10:])),
-                      "grid_return": float(evals.mean())}
-            log.log(record)
-            print0(f"[{NAME}] {variant}: chunk {c + 1}/{n}, train return "
-                   f"{record['train_return']:.1f}, mean grid return {record['grid_return']:.1f}")
-
-        ckpt = Checkpointer(study.checkpoint_dir(variant), keep=1)
-        _, evals = train_seeds(variant_config(cfg, variant), cfg.run.seeds, eval_contexts=grid,
-                               checkpointer=ckpt, resume=opts.resume, on_chunk=on_chunk)
-        ckpt.close()
-        log.close()
+        _, evals = fit_unit(study, variant, variant_config(cfg, variant), cfg.run.seeds,
+                            eval_contexts=grid,
+                            record=lambda m, e: {"grid_return": float(e.mean())})
         final = evals[:, -1]  # [S, M] returns after training
         result = {"in_distribution": final[:, inside].mean(1),
                   "held_out": final[:, ~inside].mean(1), "grid": final.mean(1),

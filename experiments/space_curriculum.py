@@ -27,11 +27,9 @@ import time
 import numpy as np
 
 from experiments import CONFIGS
-from jaxrl_suite.algorithms.ppo import PPOConfig, train_seeds
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.curricula import make_curriculum
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
@@ -128,28 +126,15 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     num_chunks = pcfg.num_updates // pcfg.eval_every
     steps = pcfg.eval_every * pcfg.num_envs * pcfg.num_steps * np.arange(1, num_chunks + 1)
 
+    def record(metrics, evals) -> dict:  # per chunk: medians over seeds
+        return {"mean_return_all_instances": float(np.median(evals.mean(axis=1))),
+                **{k: float(np.median(v[:, -1])) for k, v in metrics.items()
+                   if k.startswith("curriculum/")}}
+
     def train(name: str) -> dict:  # every seed of one curriculum, resumable after each chunk
-        log = study.unit_log(name)
-
-        def on_chunk(c, n, metrics, evals):
-            record = {"step": c + 1, "env_steps": int(steps[c]),
-                      "mean_return_all_instances": float(np.median(evals.mean(axis=1))),
-                      "train_return": float(np.nanmean(metrics["episode_return"][:, -10:]))}
-            for k, v in metrics.items():
-                if k.startswith("curriculum/"):
-                    record[k] = float(np.median(v[:, -1]))
-            log.log(record)
-            if opts.progress:
-                print0(f"[{NAME}] {name}: {c + 1}/{n}, median mean return over instances "
-                       f"{record['mean_return_all_instances']:.1f}")
-
-        ckpt = Checkpointer(study.checkpoint_dir(name), keep=1)
-        metrics, evals = train_seeds(
-            pcfg, cfg.run.seeds, curriculum=build_curriculum(cfg, name, instances),
-            eval_contexts=instances, checkpointer=ckpt, resume=opts.resume, on_chunk=on_chunk,
-        )
-        ckpt.close()
-        log.close()
+        metrics, evals = fit_unit(study, name, pcfg, cfg.run.seeds, record=record,
+                                  curriculum=build_curriculum(cfg, name, instances),
+                                  eval_contexts=instances)
         curve = evals.mean(axis=2)  # [S, chunks] mean return over all instances
         return {"curve": curve, "final_mean_return": curve[:, -1],
                 "auc_mean_return": curve.mean(axis=1),

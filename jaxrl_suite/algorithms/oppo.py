@@ -27,6 +27,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.offline_data import PreferenceData, preference_data
@@ -187,4 +188,62 @@ def make_train(config: OPPOConfig, env: ContextualEnv) -> TrainAndAgent:
     return TrainAndAgent(train, oppo)
 
 
-__all__ = ["OPPO", "OPPOConfig", "OPPOState", "make_train"]
+# -- analysis of a trained OPPO agent (per-seed states stacked on axis 0) ---------------------
+def segment_embeddings(agent, batch, params) -> jax.Array:
+    """phi of every labelled segment (both of each pair) under one seed's params: [2P, Z]."""
+    starts = batch.starts.reshape(-1)  # [2P]
+    k = agent.config.segment_length
+    return agent.embed(params, gather_segments(batch.obs, starts, k),
+                       gather_segments(batch.action_features, starts, k))
+
+
+def context_diagnostics(agent, batch, state, prefs: dict, key: jax.Array) -> dict:
+    """Where z* lies and what other contexts give, per seed (diagnostics, not methods):
+
+    near_phi   the policy conditioned on the labelled segment's phi nearest to z* (z* projected
+               onto the data; uses no true reward)
+    best_phi   conditioned on phi of the labelled segment with the highest true return (an
+               oracle choice of context: it reads the true returns)
+    gap        ||z* - nearest phi|| against the median nearest-neighbour distance among the phis
+    """
+    seg_returns = jnp.asarray(prefs["returns"]).reshape(-1)  # [2P]
+
+    def per_seed(params, z_star, k, batch):
+        phi = segment_embeddings(agent, batch, params)
+        d_star = jnp.linalg.norm(phi - z_star, axis=-1)
+        pair = jnp.linalg.norm(phi[:, None] - phi[None], axis=-1)
+        nn = jnp.min(jnp.where(jnp.eye(phi.shape[0], dtype=bool), jnp.inf, pair), axis=1)
+        k_near, k_best = jax.random.split(k)
+        return {"near_phi_return": agent.evaluate(params, phi[jnp.argmin(d_star)], k_near),
+                "best_phi_return": agent.evaluate(params, phi[jnp.argmax(seg_returns)], k_best),
+                "z_star_to_nearest_phi": jnp.min(d_star), "phi_nn_median": jnp.median(nn),
+                "z_star_norm": jnp.linalg.norm(z_star)}
+
+    keys = jax.random.split(key, state.z_star.shape[0])
+    out = jax.jit(jax.vmap(per_seed, in_axes=(0, 0, 0, None)))(state.params, state.z_star, keys,
+                                                                batch)
+    return {k: np.asarray(v, np.float64).tolist() for k, v in out.items()}
+
+
+def zspace_pca(agent, batch, state, prefs: dict) -> dict:
+    """PCA (2-D) of seed 0's phi over every labelled segment, with z* projected the same way."""
+    params = jax.tree.map(lambda x: x[0], state.params)
+    phi = np.asarray(segment_embeddings(agent, batch, params))  # [2P, Z]
+    z_star = np.asarray(state.z_star[0])
+    mean = phi.mean(axis=0)
+    _, s, vt = np.linalg.svd(phi - mean, full_matrices=False)
+    comps = vt[:2]
+    explained = (s[:2] ** 2 / max(float((s**2).sum()), 1e-12)).tolist()
+    returns = np.asarray(prefs["returns"]).reshape(-1)
+    dist = np.linalg.norm(phi - z_star, axis=1)
+    corr = float(np.corrcoef(dist, returns)[0, 1]) if returns.std() > 0 else float("nan")
+    return {"pc": ((phi - mean) @ comps.T).tolist(), "returns": returns.tolist(),
+            "z_star": ((z_star - mean) @ comps.T).tolist(), "explained": explained,
+            "corr_dist_return": corr}
+
+
+# -- the experiment --------------------------------------------------------------------------------
+
+
+__all__ = ["OPPO", "OPPOConfig", "OPPOState", "context_diagnostics", "make_train",
+           "segment_embeddings", "zspace_pca"]

@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_suite.core.parallel import place_seeds
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.parallel import place_seeds, print0
 from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs import contextual
 from jaxrl_suite.envs.offline import evaluate_policy
@@ -535,6 +536,34 @@ def train_seeds(
     return metrics, evals
 
 
+def fit_unit(study, unit: str, config: PPOConfig, seeds, *,
+             record: Callable[[dict, np.ndarray], dict], **kwargs):
+    """`train_seeds` as one unit of a `core.study.Study`: checkpointed to
+    `study.checkpoint_dir(unit)` after every chunk (so the study's `--resume` continues it), and
+    chunk c logged to the unit's metrics.jsonl as {"step": c + 1, "env_steps", "train_return"
+    (mean over seeds of the last 10 episodes), **record(chunk_metrics, chunk_evals)}. `kwargs`
+    go to `train_seeds` (curriculum, eval_contexts, ...). Returns (metrics, evals)."""
+    chunk_steps = (config.eval_every or config.num_updates) * config.num_envs * config.num_steps
+    log = study.unit_log(unit)
+
+    def on_chunk(c, n, metrics, evals):
+        rec = {"step": c + 1, "env_steps": (c + 1) * chunk_steps,
+               "train_return": float(np.nanmean(metrics["episode_return"][:, -10:])),
+               **record(metrics, evals)}
+        log.log(rec)
+        if study.opts.progress:
+            print0(f"[{study.name}] {unit}: chunk {c + 1}/{n}, " + ", ".join(
+                f"{k} {v:.1f}" for k, v in rec.items() if k not in ("step", "env_steps")))
+
+    ckpt = Checkpointer(study.checkpoint_dir(unit), keep=1)
+    try:
+        return train_seeds(config, seeds, checkpointer=ckpt, resume=study.opts.resume,
+                           on_chunk=on_chunk, **kwargs)
+    finally:
+        ckpt.close()
+        log.close()
+
+
 def run_seeds(config: PPOConfig, seeds, *, curriculum=None, eval_contexts=None, mesh=None):
     """Train every seed in one `jit(vmap(train))` program; metrics leaves are [S, ...].
 
@@ -577,6 +606,7 @@ def sweep(
 
 
 __all__ = [
+    "fit_unit",
     "HPARAMS",
     "PPO",
     "PPOConfig",
