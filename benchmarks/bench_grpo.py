@@ -28,6 +28,12 @@ from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 
+# Published config.json shapes, for GPU runs (benchmarks/run_gpu.sh) with random weights.
+PRESETS = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                         d_ff=4864, rope_theta=1e6, tie_embeddings=True, qkv_bias=True,
+                         max_len=32768),
+}
 REFERENCES = {  # seconds per step and completion tokens/s at the default sizes
     "tunix": (1.4, 2500.0),
     "trl": (12.7, 300.0),
@@ -50,6 +56,10 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=5, help="timed steps (after 2 warm-up steps)")
     p.add_argument("--fsdp", type=int, default=1, help="mesh axis fsdp (data: the rest)")
     p.add_argument("--tensor", type=int, default=1, help="mesh axis tensor")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="a published model's shapes (random weights): overrides the sizes")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="compute dtype (params stay float32)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
     p.add_argument("--out", type=Path, default=Path("results/bench_grpo.json"))
     a = p.parse_args(argv)
@@ -57,10 +67,10 @@ def main(argv=None) -> dict:
         a.layers, a.d_model, a.heads, a.group_size, a.prompts, a.new_tokens, a.steps = (
             1, 32, 2, 2, 2, 8, 1)
 
-    cfg = LMConfig(
-        vocab_size=a.vocab, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
-        n_kv_heads=a.kv_heads or a.heads, d_ff=a.d_ff or 4 * a.d_model,
-    )
+    sizes = dict(vocab_size=a.vocab, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
+                 n_kv_heads=a.kv_heads or a.heads, d_ff=a.d_ff or 4 * a.d_model)
+    cfg = LMConfig(**(PRESETS[a.preset] if a.preset else sizes), dtype=a.dtype)
+    a.layers, a.d_model, a.heads, a.vocab = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.vocab_size
     tokenizer = load_tokenizer()
     task = make_task("arithmetic", digits=3)
     model = CausalLM(cfg)
@@ -87,6 +97,7 @@ def main(argv=None) -> dict:
     n_params = sum(x.size for x in jax.tree.leaves(params))
     result = {
         "sizes": {"layers": a.layers, "d_model": a.d_model, "heads": a.heads, "d_ff": cfg.d_ff,
+                  "preset": a.preset, "dtype": a.dtype,
                   "vocab": a.vocab, "params": int(n_params), "group_size": a.group_size,
                   "prompts": a.prompts, "new_tokens": a.new_tokens, "mu": a.mu},
         "step_s": step_s, "generation_s": gen_s, "update_s": upd_s,
@@ -100,7 +111,7 @@ def main(argv=None) -> dict:
     print(f"  step {step_s:.3f} s = generation {gen_s:.3f} s ({gen_s / step_s:.0%}) "
           f"+ update {upd_s:.3f} s ({upd_s / step_s:.0%})")
     print(f"  completion tokens/s {tokens / step_s:,.0f} ({tokens:.0f} tokens per step)")
-    if not a.smoke:
+    if not a.smoke and a.preset is None and a.dtype == "float32":
         for name, (ref_step, ref_tps) in REFERENCES.items():
             speedup = ref_step / step_s
             result[f"speedup_vs_{name}"] = speedup

@@ -11,6 +11,10 @@ JAX_DEFAULT_MATMUL_PRECISION=highest python3 -m pytest -q -p no:cacheprovider \
   tests/models tests/sampling tests/losses 2>&1 | tail -n 15 | tee "$OUT/tests.txt"
 python3 benchmarks/bench_sampler.py --out "$OUT/bench_sampler.json" 2>&1 | grep -v WARNING
 python3 benchmarks/bench_grpo.py --out "$OUT/bench_grpo.json" 2>&1 | grep -v WARNING
+# Issue 17: a GRPO step of a Qwen2.5-0.5B-shaped random model in bf16 (cuDNN attention through
+# jax.nn.dot_product_attention), 8 prompts x G=8, 64 new tokens: tokens/s.
+python3 benchmarks/bench_grpo.py --preset qwen2.5-0.5b --dtype bfloat16 --steps 3 \
+  --out "$OUT/bench_grpo_qwen0.5b_bf16.json" 2>&1 | grep -v WARNING
 python3 -m jaxrl_suite.cli run grpo_arithmetic --no-progress --out "$OUT/grpo_arithmetic" 2>&1 \
   | grep -v WARNING | tail -n 5
 cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/dev/null || true

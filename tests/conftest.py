@@ -53,3 +53,22 @@ def module_figures():
 
     with record_figures() as recorded:
         yield recorded
+
+
+def load_hf_parity():
+    """benchmarks/hf_parity.py as a module: the tiny transformers model / tokenizer builders
+    and the torch / our forwards that the HF tests share."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hf_parity.py"
+    spec = importlib.util.spec_from_file_location("hf_parity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def hf_parity():
+    """`load_hf_parity()` for tests that take it as a fixture."""
+    return load_hf_parity()

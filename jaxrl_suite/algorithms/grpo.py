@@ -16,6 +16,14 @@ GRPO step (DeepSeekMath, arXiv 2402.03300):
   4. mu inner updates of the policy loss (`grpo.policy_loss`, `losses.POLICY_LOSSES`) plus the
      entropy regulariser (`grpo.entropy_reg`, `losses.REGULARIZERS`) against the stored old
      log-probs, as one jitted `lax.scan`.
+
+Memory (issue 17; all off by default): the rollout is sampled `grpo.rollout_micro_batch` rows
+per call, optionally in another compute dtype (`sampler_dtype`, e.g. a bf16 rollout of a
+float32 model, corrected by truncated importance sampling: `tis`, `losses.policy.tis_weight`,
+old log-probs then recomputed by the trainer); log-probs are recomputed `logprob_micro_batch`
+rows at a time; gradients are accumulated over `train_micro_batch`-row micro-batches
+(`core.train.make_train_step`); and `logprob_chunk` projects the hidden states to logits a few
+positions at a time (`losses.chunked`), so the [B, N, V] logits never exist.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from jaxrl_suite.core.train import (
     keep_finite,
     make_optimizer,
     make_train_step,
+    map_rows,
 )
 from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
@@ -59,12 +68,22 @@ from jaxrl_suite.losses import (
     token_entropy,
     token_logprobs,
 )
+from jaxrl_suite.losses.chunked import chunked_token_map, logprobs_and_entropy
+from jaxrl_suite.losses.policy import tis_weight
 from jaxrl_suite.losses.sft import sft_loss
-from jaxrl_suite.losses.siren import peak_entropy_mask, siren_regularizer
+from jaxrl_suite.losses.siren import (
+    peak_entropy_mask,
+    regularizer_from_entropies,
+    siren_from_entropies,
+    siren_regularizer,
+    top_p_entropy,
+)
 from jaxrl_suite.models import CausalLM
+from jaxrl_suite.models.lm import output_projection
+from jaxrl_suite.models.lora import trainable_of
 from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
 from jaxrl_suite.rewards import extract_answer
-from jaxrl_suite.sampling import KVCacheSampler, Sampler
+from jaxrl_suite.sampling import GenerateOutput, KVCacheSampler, Sampler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +95,16 @@ class SFTConfig:
     schedule_steps: int | None = None  # cosine decay horizon (None = steps; larger = stop early)
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # global-norm gradient clipping
+    # Memory (issue 17): rows per gradient micro-batch (0 = the whole batch; gradients are
+    # accumulated over batch_size / train_micro_batch micro-batches, same update), and positions
+    # per chunk of the output projection (0 = the full [B, T, V] logits; see losses/chunked.py).
+    train_micro_batch: int = 0
+    logprob_chunk: int = 0
 
     def __post_init__(self):
         _check_positive(self, "steps", "batch_size")
+        _check_nonnegative(self, "sft", "train_micro_batch", "logprob_chunk")
+        _check_divides(self, "sft", self.batch_size, "train_micro_batch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +147,34 @@ class GRPOConfig:
     # High-entropy-only policy gradient ("80/20", TRL's top_entropy_quantile = 1 - this): keep the
     # pg term of the tokens at or above this entropy quantile of the batch; None = every token.
     high_entropy_quantile: float | None = None
+    # Memory (issue 17). Row counts refer to the B*G rows of a rollout; each must divide them
+    # (0 = all rows at once), and on a mesh be a multiple of its batch shards (data x fsdp).
+    rollout_micro_batch: int = 0  # rows per sampler call (one compiled program for all chunks)
+    logprob_micro_batch: int = 0  # rows per call of the reference / TIS log-prob recomputation
+    # Rows per gradient micro-batch (gradients accumulated, core.train.make_train_step): the
+    # same update for every loss_type, except that the batch quantiles (high_entropy_quantile,
+    # SIREN's peak-entropy quantile) and SIREN's squared penalty are taken per micro-batch.
+    train_micro_batch: int = 0
+    logprob_chunk: int = 0  # positions per chunk of the output projection (0 = full logits)
+    # Rollout compute dtype ("float32" | "bfloat16"; None = the model's): the sampler runs a copy
+    # of the model in this dtype on the same params, the update keeps the model's dtype.
+    sampler_dtype: str | None = None
+    # Truncated importance sampling (Yao et al. 2025; verl's TIS): the old log-probs are
+    # recomputed by the trainer's model and each token's pg term is weighted by
+    # min(exp(logp_train_old - logp_sampler), tis_cap) (losses.policy.tis_weight).
+    tis: bool = False
+    tis_cap: float = 2.0
 
     def __post_init__(self):
-        _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature")
+        _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
+                        "tis_cap")
+        _check_nonnegative(self, "grpo", "rollout_micro_batch", "logprob_micro_batch",
+                           "train_micro_batch", "logprob_chunk")
+        _check_divides(self, "grpo", self.prompts_per_step * self.group_size,
+                       "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch")
+        if self.sampler_dtype not in (None, "float32", "bfloat16"):
+            raise ValueError(f"grpo.sampler_dtype must be null, 'float32' or 'bfloat16', got "
+                             f"{self.sampler_dtype!r}")
         for name, registry in (("policy_loss", POLICY_LOSSES), ("advantage", ADVANTAGES),
                                ("entropy_reg", REGULARIZERS)):
             try:
@@ -147,6 +198,29 @@ def _check_positive(config, *names: str) -> None:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
 
 
+def _check_nonnegative(config, section: str, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) < 0:
+            raise ValueError(f"{section}.{name} must be >= 0, got {getattr(config, name)}")
+
+
+def _check_divides(config, section: str, rows: int, *names: str, shards: int = 1) -> None:
+    """Each row-count field (0 = off) divides the `rows` of a batch and is a multiple of the
+    mesh's `shards` (so every chunk spans every data shard); one-line errors naming both."""
+    for name in names:
+        n = getattr(config, name)
+        if n and rows % n:
+            raise ValueError(f"{section}.{name}={n} does not divide the {rows} rows of a batch")
+        if n and n % shards:
+            raise ValueError(f"{section}.{name}={n} is not a multiple of the {shards} batch "
+                             "shards of the mesh (data x fsdp)")
+
+
+def _micro_batches(rows: int, micro: int) -> int:
+    """Gradient micro-batches of a batch of `rows` rows at `micro` rows each (0 = one)."""
+    return rows // micro if micro else 1
+
+
 class SeqBatch(NamedTuple):
     """Prompt/completion arrays in the shared layout (leading axis = rows, sharded over "data")."""
 
@@ -161,6 +235,9 @@ class GRPOBatch(NamedTuple):
     old_logp: jax.Array  # [B*G, N] sampler log-probs
     ref_logp: jax.Array | None  # [B*G, N] reference log-probs (None when beta == 0)
     advantages: jax.Array  # [B*G]
+    # [B*G, N] the sampler's log-probs when grpo.tis is on (old_logp then holds the trainer's
+    # recomputed ones); None otherwise.
+    sampler_logp: jax.Array | None = None
 
 
 # An entropy is >= 0, so -1 marks "no anchor" (not NaN: a multi-host `device_put` checks that
@@ -195,6 +272,26 @@ def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
 
 
+def completion_hidden(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
+    """Final-normed hidden states that predict each completion token, [B, N, D], without the
+    [B, N, V] logits (project them chunk by chunk: `completion_token_map`)."""
+    tokens, key_mask, positions = _full_sequence(seq, drop_last=True)  # [B, P+N-1]
+    _, _, h = model.apply(params, tokens, positions=positions, key_mask=key_mask,
+                          return_hidden=True, return_logits=False)
+    return h[:, seq.prompt.shape[1] - 1 :]  # [B, N, D]
+
+
+def completion_token_map(fn, model: CausalLM, params, seq: SeqBatch, *, chunk: int,
+                         temperature: float = 1.0):
+    """`fn(logits [B, c, V], completion [B, c]) -> per-token pytree [B, c, ...]` over the
+    completion, `chunk` positions at a time (`losses.chunked.chunked_token_map`): equal to
+    `fn(completion_logits(model, params, seq) / temperature, seq.completion)` without ever
+    forming more than one [B, chunk, V] block of logits, forward or backward."""
+    weight, transpose = output_projection(params, model.config)
+    return chunked_token_map(fn, completion_hidden(model, params, seq), weight, seq.completion,
+                             chunk=chunk, transpose_weight=transpose, temperature=temperature)
+
+
 def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Mean over each completion's tokens of the model's final-normed hidden states: [B, D]."""
     tokens, key_mask, positions = _full_sequence(seq, drop_last=False)  # [B, P+N]
@@ -211,6 +308,11 @@ def _answer_id(text: str) -> int:
     if answer is None:
         return -1
     return zlib.crc32(answer.encode(errors="surrogatepass")) & 0x7FFFFFFF  # lone surrogates too
+
+
+# Metrics of the GRPO loss that are means over the batch's valid tokens.
+_TOKEN_MEAN_METRICS = ("kl", "ratio", "clip_frac", "entropy", "pg_token_frac", "top_p_entropy",
+                       "masked_fraction", "tis_weight", "tis_capped_frac")
 
 
 class LMTrainer:
@@ -230,6 +332,9 @@ class LMTrainer:
     ):
         check_model_mesh(model.config, mesh)
         self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
+        # A LoRA model (models.lora.apply_lora) trains its adapters alone: the base is frozen
+        # (no gradient, no optimizer state) and checkpoints hold the adapters (`Checkpointer`).
+        self.trainable = trainable_of(model)
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
         ids = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         self.greedy_sampler = greedy_sampler or KVCacheSampler(model, greedy=True, **ids)
@@ -335,14 +440,28 @@ class SFTTrainer(LMTrainer):
             weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
         )
 
-        def loss_fn(params, seq: SeqBatch):
-            logits = completion_logits(model, params, seq)
-            return sft_loss(token_logprobs(logits, seq.completion), seq.completion_mask)
+        _check_divides(config, "sft", config.batch_size, "train_micro_batch",
+                       shards=batch_shards(mesh))
 
-        self._update = jit_on_mesh(make_train_step(loss_fn, self.optimizer), keep_placement=True)
+        def loss_fn(params, seq: SeqBatch):
+            if config.logprob_chunk:
+                logp = completion_token_map(token_logprobs, model, params, seq,
+                                            chunk=config.logprob_chunk)
+            else:
+                logp = token_logprobs(completion_logits(model, params, seq), seq.completion)
+            return sft_loss(logp, seq.completion_mask)
+
+        # sft_loss is a token mean: micro-batches weigh by their token counts.
+        self._update = jit_on_mesh(make_train_step(
+            loss_fn, self.optimizer,
+            micro_batches=_micro_batches(config.batch_size, config.train_micro_batch),
+            weight_fn=lambda seq: jnp.sum(seq.completion_mask), sum_metrics=("tokens",),
+            trainable=self.trainable,
+        ), keep_placement=True)
 
     def init_state(self, params, rng) -> TrainState:
-        return self.place_state(init_train_state(params, self.optimizer, rng))
+        return self.place_state(init_train_state(params, self.optimizer, rng,
+                                                 trainable=self.trainable))
 
     def batch(self, cursor: int) -> list[Example]:
         return self.task.examples("train", cursor, self.config.batch_size)
@@ -375,57 +494,129 @@ class GRPOTrainer(LMTrainer):
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
         )
         c = config
+        rows = c.prompts_per_step * c.group_size
+        _check_divides(c, "grpo", rows, "rollout_micro_batch", "logprob_micro_batch",
+                       "train_micro_batch", shards=batch_shards(mesh))
+        # The rollout's model: the same params, computed in grpo.sampler_dtype when it is set.
+        self.sampler_model = model if c.sampler_dtype in (None, model.config.dtype) else CausalLM(
+            dataclasses.replace(model.config, dtype=c.sampler_dtype))
         self.sampler = sampler or KVCacheSampler(
-            model, max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
-            top_p=c.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+            self.sampler_model, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+            top_k=c.top_k, top_p=c.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
         )
+        siren = c.entropy_reg == "siren"
 
         def logp_fn(params, seq: SeqBatch):
             logits = completion_logits(model, params, seq) / c.temperature
             return logits, token_logprobs(logits, seq.completion)
 
+        def chunked(fn, params, seq: SeqBatch):
+            return completion_token_map(fn, model, params, seq, chunk=c.logprob_chunk,
+                                        temperature=c.temperature)
+
+        def token_stats(logits, targets):  # one block: log-probs, entropy (, top-p entropy)
+            logp, ent = logprobs_and_entropy(logits, targets)
+            return (logp, ent, top_p_entropy(logits, p=c.siren_top_p)) if siren else (logp, ent)
+
+        def seq_logp(params, seq: SeqBatch):  # [rows, N], no logits kept
+            if c.logprob_chunk:
+                return chunked(token_logprobs, params, seq)
+            return logp_fn(params, seq)[1]
+
         policy_loss = POLICY_LOSSES.get(c.policy_loss)
         regularizer = REGULARIZERS.get(c.entropy_reg)
         advantage = ADVANTAGES.get(c.advantage)
+        k = _micro_batches(rows, c.train_micro_batch)
+        token_mean_loss = c.loss_type in ("dapo", "bnpo")
 
-        def loss_fn(params, inputs: tuple[GRPOBatch, jax.Array]):
-            batch, anchor = inputs  # anchor: [] SIREN's target entropy, from the train state
-            logits, logp = logp_fn(params, batch.seq)
+        def loss_fn(params, inputs: tuple):
+            # anchor: [] SIREN's target entropy, from the train state; with micro-batches,
+            # n_tokens: [] the valid tokens of the whole batch
+            batch, anchor = inputs[:2]
             mask = batch.seq.completion_mask
-            token_ent = jax.lax.stop_gradient(token_entropy(logits))  # [B*G, N], metrics/mask
+            if c.logprob_chunk:
+                logp, ent, *h_p = chunked(token_stats, params, batch.seq)
+                token_ent = jax.lax.stop_gradient(ent)  # [B*G, N], metrics/mask
+            else:
+                logits, logp = logp_fn(params, batch.seq)
+                token_ent = jax.lax.stop_gradient(token_entropy(logits))  # [B*G, N], metrics/mask
             entropy_mask = None
             if c.high_entropy_quantile is not None:
                 entropy_mask = peak_entropy_mask(token_ent, mask,
                                                  quantile=c.high_entropy_quantile)
+            tis_weights, tis_metrics = None, {}
+            if batch.sampler_logp is not None:
+                tis_weights, tis_metrics = tis_weight(batch.old_logp, batch.sampler_logp, mask,
+                                                      c.tis_cap)
             loss, metrics = policy_loss(
                 logp, batch.old_logp, batch.ref_logp, batch.advantages,
                 mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
                 loss_type=c.loss_type, token_weights=None, entropy_mask=entropy_mask,
+                **({} if tis_weights is None else {"pg_weights": tis_weights}),
             )
-            metrics = dict(metrics, entropy=masked_mean(token_ent, mask))
+            metrics = dict(metrics, entropy=masked_mean(token_ent, mask), **tis_metrics)
             if entropy_mask is not None:
                 metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)
-            reg, reg_metrics = regularizer(logits, mask, coef=c.entropy_coef, top_p=c.siren_top_p,
-                                           quantile=c.siren_quantile, anchor=anchor)
-            return loss + reg, {**metrics, **reg_metrics}
+            if c.logprob_chunk:
+                reg, reg_metrics = regularizer_from_entropies(
+                    c.entropy_reg, ent, h_p[0] if siren else None, mask, coef=c.entropy_coef,
+                    quantile=c.siren_quantile, anchor=anchor)
+            else:
+                reg, reg_metrics = regularizer(logits, mask, coef=c.entropy_coef,
+                                               top_p=c.siren_top_p, quantile=c.siren_quantile,
+                                               anchor=anchor)
+            metrics = {**metrics, **reg_metrics}
+            if k > 1 and not token_mean_loss:
+                # Micro-batches weigh 1/k each (a mean over rows); the token means (the naive
+                # entropy bonus, the token-mean metrics) are rescaled by this micro-batch's
+                # share of the batch's tokens, n_j / n, over 1/k, so they sum to the batch's.
+                n_tokens = inputs[2]
+                share = k * jnp.sum(mask > 0) / jnp.maximum(n_tokens, 1.0)
+                if c.entropy_reg == "naive":
+                    reg = reg * share
+                metrics = {n: v * share if n in _TOKEN_MEAN_METRICS or (
+                    n == "entropy_reg" and c.entropy_reg == "naive") else v
+                    for n, v in metrics.items()}
+            return loss + reg, metrics
 
-        train_step = make_train_step(loss_fn, self.optimizer)
+        # Micro-batch weights: 1 for a mean over rows (grpo, dr_grpo), the token count for a
+        # token mean (dapo, bnpo); see core.train.make_train_step.
+        train_step = make_train_step(
+            loss_fn, self.optimizer, micro_batches=k, trainable=self.trainable,
+            weight_fn=(lambda inputs: jnp.sum(inputs[0].seq.completion_mask > 0))
+            if token_mean_loss else None)
 
         def update(state: GRPOTrainState, batch: GRPOBatch):
             """The mu inner steps on one batch as one scan, metrics averaged over them; all or
             nothing under the non-finite guard, and `step` advances by one."""
-            new, metrics = jax.lax.scan(lambda s, _: train_step(s, (batch, s.anchor)), state,
-                                        None, length=c.mu)  # metrics: [mu] each
+            extra = () if k == 1 else (
+                jnp.sum(batch.seq.completion_mask > 0).astype(jnp.float32),)
+            new, metrics = jax.lax.scan(lambda s, _: train_step(s, (batch, s.anchor, *extra)),
+                                        state, None, length=c.mu)  # metrics: [mu] each
             finite = jnp.all(metrics.pop("finite"))
             metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
             new = keep_finite(new.replace(step=state.step + 1), state, finite)
             return new, dict(metrics, finite=finite)
 
+        self.update_fn = update  # pure (state, GRPOBatch) -> (state, metrics), e.g. to lower
         self._update = jit_on_mesh(update, keep_placement=True)
-        self._ref_logp = jit_on_mesh(lambda p, seq: logp_fn(p, seq)[1])
-        self._siren_entropy = jit_on_mesh(lambda p, seq: siren_regularizer(
-            logp_fn(p, seq)[0], seq.completion_mask, top_p=c.siren_top_p,
-            quantile=c.siren_quantile, anchor=0.0, coef=0.0)[1]["siren_entropy"])
+        # Log-probs of the completions (reference; the trainer's old ones under TIS), no
+        # gradient, grpo.logprob_micro_batch rows at a time.
+        self._logp = jit_on_mesh(lambda p, seq: map_rows(
+            functools.partial(seq_logp, p), seq, c.logprob_micro_batch))
+        self._ref_logp = self._logp
+
+        def siren_entropy(p, seq: SeqBatch):
+            if c.logprob_chunk:
+                _, ent, h_p = chunked(token_stats, p, seq)
+                return siren_from_entropies(h_p, ent, seq.completion_mask,
+                                            quantile=c.siren_quantile, anchor=0.0,
+                                            coef=0.0)[1]["siren_entropy"]
+            return siren_regularizer(logp_fn(p, seq)[0], seq.completion_mask,
+                                     top_p=c.siren_top_p, quantile=c.siren_quantile,
+                                     anchor=0.0, coef=0.0)[1]["siren_entropy"]
+
+        self._siren_entropy = jit_on_mesh(siren_entropy)
         self._advantages = jax.jit(
             lambda r: advantage(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         )
@@ -437,7 +628,7 @@ class GRPOTrainer(LMTrainer):
         of the initial policy `params` on the first batch (`measure_anchor(state,
         batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`."""
         anchor = self.config.siren_anchor if anchor is None else anchor
-        base = init_train_state(params, self.optimizer, rng)
+        base = init_train_state(params, self.optimizer, rng, trainable=self.trainable)
         state = GRPOTrainState(
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
@@ -466,7 +657,7 @@ class GRPOTrainer(LMTrainer):
         prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        out = self.sampler(state.params, prompt, prompt_mask, key)
+        out = self._sample(state.params, group, prompt, prompt_mask, key)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
@@ -479,6 +670,25 @@ class GRPOTrainer(LMTrainer):
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
                 "tokens": int(per_row[:, 2].sum())}
         return seq, out.logprobs, rewards, info
+
+    def _sample(self, params, group: list[Example], prompt, prompt_mask, key) -> GenerateOutput:
+        """The sampler's completions of the rows `group` (this process's; prompt, prompt_mask:
+        their placed encoding), grpo.rollout_micro_batch global rows per call (chunk i with the
+        key folded with i; one compiled program), reassembled and placed like the prompts."""
+        micro = self.config.rollout_micro_batch
+        chunk = micro // jax.process_count()
+        if not micro or chunk >= len(group):
+            return self.sampler(params, prompt, prompt_mask, key)
+        if len(group) % chunk:
+            raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
+                             f"{len(group) * jax.process_count()} rows of a rollout")
+        outs = []
+        for i, start in enumerate(range(0, len(group), chunk)):
+            p, pm = shard_batch(self.encode_prompts(group[start : start + chunk]), self.mesh)
+            out = self.sampler(params, p, pm, jax.random.fold_in(key, i))
+            outs.append([host_local(x) for x in out])
+        return GenerateOutput(*shard_batch(
+            tuple(np.concatenate(x) for x in zip(*outs, strict=True)), self.mesh))
 
     def measure_anchor(self, state: TrainState, examples: Sequence[Example]) -> float:
         """SIREN's anchor: H_bar (top-p entropy of the peak-entropy tokens) of the policy in
@@ -513,7 +723,12 @@ class GRPOTrainer(LMTrainer):
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
         ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
-        state, metrics = self._update(state, GRPOBatch(seq, old_logp, ref_logp, advantages))
+        if self.config.tis:  # the trainer's own old log-probs; the sampler's weigh the tokens
+            batch = GRPOBatch(seq, self._logp(state.params, seq), ref_logp, advantages,
+                              sampler_logp=old_logp)
+        else:
+            batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
+        state, metrics = self._update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         t_gen = info.get("gen_time", 0.0)

@@ -49,6 +49,7 @@ from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 from jaxrl_suite.models import CausalLM
 from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
+from jaxrl_suite.models.lora import apply_lora, init_lora
 from jaxrl_suite.models.sharding import check_model_mesh
 from jaxrl_suite.sampling import KVCacheSampler
 
@@ -191,14 +192,16 @@ def build_lm(cfg, task: Task | None = None) -> LM:
     """Tokenizer, task, mesh, model and initial params of an LM experiment's `cfg`.
 
     The params are a fresh init of `cfg.model` with the first of `cfg.run.seeds`, or the weights
-    (and the tokenizer) of the local Hugging Face checkpoint `cfg.model.hf_path` when set. `cfg`
+    (and the tokenizer) of the local Hugging Face checkpoint `cfg.model.hf_path` when set; with
+    `cfg.model.lora_rank` > 0 the model is LoRA-adapted (`models.lora.apply_lora`) and the params
+    hold the adapters too (the trainers then train the adapters alone). `cfg`
     needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
     `task` defaults to the one `cfg.task` names.
     """
     if cfg.model.hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
         try:
             model_cfg, params, tokenizer = load_hf_checkpoint(cfg.model.hf_path,
-                                                              dtype=cfg.model.dtype)
+                                                              **cfg.model.options())
         except (FileNotFoundError, HFCheckpointError) as e:
             raise ConfigError(f"config field 'model.hf_path': {e}") from None
     else:
@@ -217,7 +220,13 @@ def build_lm(cfg, task: Task | None = None) -> LM:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_batches(cfg, batch_shards(mesh))
-    lm = LM(CausalLM(model_cfg), params, tokenizer, task, mesh, pretrained=params is not None)
+    model = CausalLM(model_cfg)
+    lora = getattr(cfg.model, "lora", None)
+    if lora is not None:  # model.lora_rank > 0: adapters on a frozen base (models/lora.py)
+        model = apply_lora(model, lora)
+        if params is not None:  # the checkpoint's weights, plus fresh adapters (B = 0)
+            params = init_lora(model, params, lm_keys(cfg.run.seeds[0]).init)
+    lm = LM(model, params, tokenizer, task, mesh, pretrained=params is not None)
     if params is None:
         lm = dataclasses.replace(lm, params=lm.init_params(cfg.run.seeds[0]))
     return lm
@@ -359,7 +368,7 @@ class LMStudy(Study):
         template = trainer.init_state(self.lm.params, keys.sft if opts.stage == "sft" else
                                       keys.grpo)
         directory = self.checkpoint_dir(variant, seed) / opts.stage
-        ckpt = Checkpointer(directory)
+        ckpt = Checkpointer(directory, trainable=trainer.trainable)
         try:
             if ckpt.latest_step() is None:
                 raise CheckpointNotFoundError(f"eval: no {opts.stage} checkpoint in {directory}")

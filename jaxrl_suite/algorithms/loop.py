@@ -86,8 +86,10 @@ def fit_resumable(
     """`fit` with its own checkpoints: with `resume`, continue from the latest checkpoint in
     `checkpoint_dir` (state and data cursor); otherwise start from `init`. A finished stage
     resumes as its final state at once. Logs to `logger` (see `core.study.open_run_log` for a
-    resumed log); returns the final state. The one resume mechanism of every LM run."""
-    ckpt = Checkpointer(checkpoint_dir, save_every=save_every, keep=keep)
+    resumed log); returns the final state. The one resume mechanism of every LM run. A trainer
+    with a `trainable` predicate (a LoRA run) checkpoints only those params (`Checkpointer`)."""
+    ckpt = Checkpointer(checkpoint_dir, save_every=save_every, keep=keep,
+                        trainable=getattr(trainer, "trainable", None))
     state, cursor = init, 0
     try:
         if resume and ckpt.latest_step() is not None:

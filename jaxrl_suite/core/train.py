@@ -28,6 +28,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
+from flax import traverse_util
 
 
 class NonFiniteError(FloatingPointError):
@@ -67,11 +68,15 @@ class TrainAndAgent(NamedTuple):
     agent: Any
 
 
-def init_train_state(params, optimizer: optax.GradientTransformation, rng) -> TrainState:
+def init_train_state(params, optimizer: optax.GradientTransformation, rng, *,
+                     trainable: Callable[[str], bool] | None = None) -> TrainState:
+    """The initial state; with `trainable` (see `make_train_step`) the optimizer state covers only
+    the selected leaves (a LoRA run: the adapters), while `params` is the full tree."""
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
-        opt_state=optimizer.init(params),
+        opt_state=optimizer.init(params if trainable is None else
+                                 split_params(params, trainable)[0]),
         rng=rng if rng.dtype == jnp.uint32 else jax.random.key_data(rng),
     )
 
@@ -146,17 +151,163 @@ def apply_gradients(state, grads, tx: optax.GradientTransformation, *,
     return keep_finite(new, state, finite), metrics
 
 
-def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
+def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, *,
+                    micro_batches: int = 1, weight_fn: Callable[[Any], jax.Array] | None = None,
+                    sum_metrics: tuple[str, ...] = (),
+                    trainable: Callable[[str], bool] | None = None):
     """`loss_fn(params, batch) -> (loss, metrics)` -> un-jitted `step(state, batch)`.
 
     The step is `apply_gradients` of the loss's gradients; its metrics are the loss's, `loss` and
     those of `apply_gradients`. Jit the result yourself (with the shardings of your mesh); it is
     a pure function.
+
+    Gradient accumulation (`micro_batches` = k > 1): the batch's row leaves (`split_rows`) are
+    split into k interleaved micro-batches b_j (rows j, j+k, j+2k, ..., so that each spans every
+    data shard of a row-sharded batch; other leaves are passed whole), and one `lax.scan` sums
+
+        loss = sum_j w_j L(b_j) / W,   grad = sum_j w_j grad L(b_j) / W,   W = sum_j w_j
+
+    (metrics likewise, except those named in `sum_metrics`, which are summed), with w_j =
+    `weight_fn(b_j)` (None: 1). Only one micro-batch's activations are live at a time. The
+    result equals the full-batch step when L(batch) = sum_j w_j L(b_j) / W, e.g. w_j = 1 for a
+    mean over rows (GRPO's per-sequence mean, Dr. GRPO's constant normaliser) and w_j = the
+    micro-batch's token count for a token mean (DAPO, SFT); a loss that is not such a mean
+    (a batch quantile, a square of a mean) becomes the weighted mean of its micro-batch values.
+    W = 0 (every weight zero) gives zero loss and gradients. k = 1 is the plain step.
+
+    `trainable` (a predicate on a leaf's "/"-joined path, e.g. `models.lora.is_adapter`) trains
+    only the leaves it selects: `state.params` stays the full tree, the rest is closed over as a
+    constant (no gradient is computed for it) and comes back bit-identical, and `state.opt_state`
+    must be the optimizer's state of the selected subtree (`init_train_state(..., trainable=)`).
+    The update metrics (`grad_norm`, `param_norm`, `update_norm`) are those of the subtree.
     """
+    if not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"micro_batches must be a positive int, got {micro_batches!r}")
+    if trainable is not None:
+        return _train_subtree(loss_fn, trainable, lambda fn: make_train_step(
+            fn, optimizer, micro_batches=micro_batches, weight_fn=weight_fn,
+            sum_metrics=sum_metrics))
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    if micro_batches == 1:
+        def step(state: TrainState, batch) -> tuple[TrainState, dict]:
+            (loss, metrics), grads = grad_fn(state.params, batch)
+            new, update_metrics = apply_gradients(state, grads, optimizer, loss=loss)
+            return new, dict(metrics, loss=loss, **update_metrics)
+
+        return step
+
+    k = micro_batches
+
+    def accumulated(params, batch):
+        micro, join = split_rows(batch, k)  # micro: [k, B/k, ...] row leaves
+        first = join(jax.tree.map(lambda x: x[0], micro))
+        (_, metric_shape), _ = jax.eval_shape(grad_fn, params, first)
+
+        def body(carry, xs):
+            b = join(xs)
+            (loss, metrics), grads = grad_fn(params, b)
+            w = jnp.ones((), jnp.float32) if weight_fn is None else jnp.asarray(
+                weight_fn(b), jnp.float32)
+            acc = dict(metrics, loss=loss)
+            scaled = {n: v if n in sum_metrics else w * v for n, v in acc.items()}
+            g = jax.tree.map(lambda a, x: a + (w * x).astype(a.dtype), carry[0], grads)
+            m = jax.tree.map(lambda a, x: a + x.astype(a.dtype), carry[1], scaled)
+            return (g, m, carry[2] + w), None
+
+        zeros_m = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                               dict(metric_shape, loss=jax.ShapeDtypeStruct((), jnp.float32)))
+        init = (jax.tree.map(jnp.zeros_like, params), zeros_m, jnp.zeros((), jnp.float32))
+        (g, m, total), _ = jax.lax.scan(body, init, micro)
+        total = jnp.where(total > 0, total, 1.0)
+        grads = jax.tree.map(lambda x: (x / total).astype(x.dtype), g)
+        m = {n: v if n in sum_metrics else (v / total).astype(v.dtype) for n, v in m.items()}
+        return m.pop("loss"), m, grads
 
     def step(state: TrainState, batch) -> tuple[TrainState, dict]:
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        loss, metrics, grads = accumulated(state.params, batch)
         new, update_metrics = apply_gradients(state, grads, optimizer, loss=loss)
         return new, dict(metrics, loss=loss, **update_metrics)
 
     return step
+
+
+def split_params(params, trainable: Callable[[str], bool]):
+    """(selected, rest): two nested-dict trees holding the leaves whose "/"-joined path
+    `trainable` accepts, and the others (each without the emptied branches)."""
+    flat = traverse_util.flatten_dict(params, sep="/")
+    pick = {k: v for k, v in flat.items() if trainable(k)}
+    rest = {k: v for k, v in flat.items() if k not in pick}
+    return traverse_util.unflatten_dict(pick, sep="/"), traverse_util.unflatten_dict(rest, sep="/")
+
+
+def merge_params(a, b):
+    """The union of two nested-dict trees with disjoint leaves (the inverse of `split_params`)."""
+    flat = traverse_util.flatten_dict(a, sep="/")
+    other = traverse_util.flatten_dict(b, sep="/")
+    both = set(flat) & set(other)
+    if both:
+        raise ValueError(f"merge_params: leaf '{min(both)}' is in both trees")
+    return traverse_util.unflatten_dict({**flat, **other}, sep="/")
+
+
+def _train_subtree(loss_fn: LossFn, trainable, make_step):
+    """A step that differentiates and updates only `split_params(params, trainable)[0]`."""
+
+    def step(state, batch):
+        train, frozen = split_params(state.params, trainable)
+        inner = make_step(lambda p, b: loss_fn(merge_params(p, frozen), b))
+        new, metrics = inner(state.replace(params=train), batch)
+        return new.replace(params=merge_params(new.params, frozen)), metrics
+
+    return step
+
+
+def split_rows(batch, k: int):
+    """Split a batch's row leaves into k interleaved chunks, for `lax.scan` / `lax.map`.
+
+    The row leaves are those with a leading axis of the batch's row count B (the leading size
+    of its first leaf of rank >= 1); chunk j holds rows j, j+k, j+2k, ... (reshape [B/k, k, ...]
+    and swap the two axes), so when the rows are split over data shards (B/k a multiple of the
+    shards) every chunk spans all of them. Returns (chunks, join): `chunks` is the tuple of row
+    leaves, each [k, B/k, ...]; `join(one)` rebuilds a batch from one chunk's leaves (each
+    [B/k, ...]) and the other leaves, passed whole. `merge_rows` inverts the split of a result.
+    """
+    leaves, treedef = jax.tree.flatten(batch)
+    ranked = [x for x in leaves if jnp.ndim(x) >= 1]
+    if not ranked:
+        raise ValueError("split_rows: the batch has no leaf with a leading row axis")
+    rows = jnp.shape(ranked[0])[0]
+    if rows % k:
+        raise ValueError(f"split_rows: {k} chunks do not divide the {rows} rows of the batch")
+    is_row = [jnp.ndim(x) >= 1 and jnp.shape(x)[0] == rows for x in leaves]
+    chunks = tuple(jnp.swapaxes(jnp.reshape(x, (rows // k, k, *jnp.shape(x)[1:])), 0, 1)
+                   for x, r in zip(leaves, is_row, strict=True) if r)
+
+    def join(one):
+        it = iter(one)
+        return jax.tree.unflatten(
+            treedef, [next(it) if r else x for x, r in zip(leaves, is_row, strict=True)])
+
+    return chunks, join
+
+
+def merge_rows(tree):
+    """Inverse of `split_rows` for a result [k, B/k, ...] per leaf: back to [B, ...] rows."""
+    return jax.tree.map(
+        lambda x: jnp.swapaxes(x, 0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:]), tree)
+
+
+def map_rows(fn: Callable, batch, chunk: int):
+    """`fn(batch)` computed `chunk` rows at a time with `lax.map` (0 or all rows: one call).
+
+    Chunks are interleaved as in `split_rows`; `fn`'s outputs must be per-row arrays [rows, ...]
+    of its input chunk, and are returned in the batch's row order."""
+    leaves = [x for x in jax.tree.leaves(batch) if jnp.ndim(x) >= 1]
+    rows = jnp.shape(leaves[0])[0]
+    if chunk <= 0 or chunk >= rows:
+        return fn(batch)
+    if rows % chunk:
+        raise ValueError(f"map_rows: chunk={chunk} does not divide the {rows} rows of the batch")
+    chunks, join = split_rows(batch, rows // chunk)
+    return merge_rows(jax.lax.map(lambda xs: fn(join(xs)), chunks))

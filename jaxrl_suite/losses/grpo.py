@@ -66,18 +66,18 @@ def cispo_surrogate(ratio, logp, advantages, eps_low, eps_high):
 def compose_policy_loss(
     surrogate: Surrogate, level: str, logp, old_logp, ref_logp, advantages, mask, *,
     clip_eps: float = 0.2, clip_eps_high: float | None = None, beta: float = 0.0,
-    loss_type: str = "grpo", token_weights=None, entropy_mask=None,
+    loss_type: str = "grpo", token_weights=None, entropy_mask=None, pg_weights=None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """A policy loss from its parts, the body of every `POLICY_LOSSES` entry:
 
         r        = importance_ratio(logp, old_logp, m, level)            [N, T]
         pg, clip = surrogate(r, logp, A, eps_lo, eps_hi)                 [N, T]
-        loss     = aggregate(pg * e, m * w, loss_type) + beta * aggregate(k3_kl, m, loss_type)
+        loss     = aggregate(pg * e * u, m * w, loss_type) + beta * aggregate(k3_kl, m, loss_type)
 
-    with e = `entropy_mask`, w = `token_weights` (1 if None), eps_lo = clip_eps and eps_hi =
-    clip_eps_high (None: clip_eps); `level` is "token" or "sequence". Validates the arguments
-    and returns (loss, metrics) as `grpo_loss` documents. A new variant is a `surrogate` and/or
-    a `level` passed here, plus one registry line."""
+    with e = `entropy_mask`, w = `token_weights`, u = `pg_weights` (1 if None), eps_lo =
+    clip_eps and eps_hi = clip_eps_high (None: clip_eps); `level` is "token" or "sequence".
+    Validates the arguments and returns (loss, metrics) as `grpo_loss` documents. A new variant
+    is a `surrogate` and/or a `level` passed here, plus one registry line."""
     if loss_type not in LOSS_TYPES:
         raise ValueError(
             f"unknown loss_type {loss_type!r}; valid: {', '.join(map(repr, LOSS_TYPES))}"
@@ -87,7 +87,8 @@ def compose_policy_loss(
     check_rank("logp", logp, 2)
     check_rank("advantages", advantages, 1)
     same_shape = {"old_logp": old_logp, "ref_logp": ref_logp, "mask": mask,
-                  "token_weights": token_weights, "entropy_mask": entropy_mask}
+                  "token_weights": token_weights, "entropy_mask": entropy_mask,
+                  "pg_weights": pg_weights}
     for name, x in same_shape.items():
         if x is not None:
             check_shape(name, x, logp.shape)
@@ -105,6 +106,8 @@ def compose_policy_loss(
     pg, is_clipped = surrogate(ratio, logp_valid, jnp.asarray(advantages, dtype), clip_eps, eps_hi)
     if entropy_mask is not None:
         pg = pg * jnp.asarray(entropy_mask, dtype)
+    if pg_weights is not None:
+        pg = pg * jax.lax.stop_gradient(jnp.asarray(pg_weights, dtype))
     pg_loss = aggregate(pg, pg_mask, loss_type)
     if ref_logp is None:
         kl_mean = jnp.zeros((), dtype)
@@ -136,6 +139,7 @@ def grpo_loss(
     loss_type: str = "grpo",
     token_weights: chex.Array | None = None,
     entropy_mask: chex.Array | None = None,
+    pg_weights: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Clipped token-level policy-gradient loss of GRPO, with its Dr. GRPO and DAPO variants.
 
@@ -144,9 +148,10 @@ def grpo_loss(
         r_it  = exp(logp_it - old_logp_it)                              importance_ratio
         pg_it = -min(r_it * A_i, clip(r_it, 1 - eps_lo, 1 + eps_hi) * A_i)   clipped_surrogate
         kl_it = exp(ref_it - logp_it) - (ref_it - logp_it) - 1          k3_kl (>= 0)
-        loss  = agg(pg * e, m * w) + beta * agg(kl, m)                  aggregate
+        loss  = agg(pg * e * u, m * w) + beta * agg(kl, m)              aggregate
 
-    where m is `mask`, w is `token_weights` (1 if None), e is `entropy_mask` (1 if None) and agg
+    where m is `mask`, w is `token_weights` (1 if None), e is `entropy_mask` (1 if None), u is
+    `pg_weights` (1 if None) and agg
     is `losses.policy.aggregate` by `loss_type` ("grpo": per-sequence token mean, then the mean
     over sequences [GRPO]; "dapo"/"bnpo": one token mean over the batch [DAPO]; "dr_grpo": the
     token sum over the constant N * T [Dr. GRPO]). With w == 1 this is agg(pg + beta * kl, m).
@@ -181,6 +186,10 @@ def grpo_loss(
         TRL's `top_entropy_quantile` (build it with `losses.siren.peak_entropy_mask`). Unlike a
         zero token weight, a dropped token still counts in the normaliser, as in TRL and the
         paper's code. Composes with every `loss_type` and with `token_weights`.
+      pg_weights: [N, T] optional non-negative per-token weights u multiplying the pg term
+        (no gradient) outside the normaliser, so they scale each token's gradient for every
+        `loss_type`: truncated importance sampling's weights (`losses.policy.tis_weight`, Yao
+        et al. 2025, as verl applies them). The KL term and the metrics are unweighted.
 
     Returns:
       (loss, metrics): loss is a scalar; metrics holds scalars, all token means over `mask`
@@ -198,7 +207,7 @@ def grpo_loss(
     return compose_policy_loss(
         ppo_surrogate, "token", logp, old_logp, ref_logp, advantages, mask,
         clip_eps=clip_eps, clip_eps_high=clip_eps_high, beta=beta, loss_type=loss_type,
-        token_weights=token_weights, entropy_mask=entropy_mask,
+        token_weights=token_weights, entropy_mask=entropy_mask, pg_weights=pg_weights,
     )
 
 

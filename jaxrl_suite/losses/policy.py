@@ -181,5 +181,42 @@ def aggregate(per_token: chex.Array, mask: chex.Array, loss_type: str = "grpo") 
     return AGGREGATIONS.get(loss_type)(per_token, mask)
 
 
+def tis_weight(
+    train_logp: chex.Array, sampler_logp: chex.Array, mask: chex.Array, cap: float = 2.0
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Truncated importance weight of the trainer's policy over the sampler's, per token (TIS).
+
+        w_it = min(exp(train_logp_it - sampler_logp_it), C)
+
+    Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training"
+    (verl's TIS): a sampler that computes in lower precision (or another engine) draws tokens
+    from pi_sampler != pi_train; w corrects the policy gradient towards pi_train, truncated at C
+    to bound its variance. Both log-probs are data (no gradient). Padding (mask 0, any value,
+    even -inf) gets w = 1 and counts in neither metric.
+
+    Args:
+      train_logp: [N, T] log-probs of the sampled tokens under the trainer's (old) policy.
+      sampler_logp: [N, T] the same under the sampler that drew them.
+      mask: [N, T] valid tokens (only mask > 0 matters).
+      cap: C > 0, the truncation.
+
+    Returns:
+      (w [N, T] float32, {"tis_weight": mean w, "tis_capped_frac": share of tokens with
+      exp(.) > C}, both over the valid tokens).
+    """
+    check_rank("train_logp", train_logp, 2)
+    check_shape("sampler_logp", sampler_logp, train_logp.shape)
+    check_shape("mask", mask, train_logp.shape)
+    dtype = _float_dtype(train_logp)
+    valid = jnp.asarray(mask) > 0
+    log_w = jnp.where(valid, jax.lax.stop_gradient(train_logp).astype(dtype)
+                      - jax.lax.stop_gradient(sampler_logp).astype(dtype), 0.0)
+    raw = jnp.exp(log_w)
+    w = jnp.minimum(raw, cap)
+    metrics = {"tis_weight": masked_mean(w, valid.astype(dtype)),
+               "tis_capped_frac": masked_mean((raw > cap).astype(dtype), valid.astype(dtype))}
+    return w, metrics
+
+
 __all__ = ["AGGREGATIONS", "LEVELS", "LOSS_TYPES", "aggregate", "clipped_surrogate",
-           "importance_ratio", "k3_kl"]
+           "importance_ratio", "k3_kl", "tis_weight"]

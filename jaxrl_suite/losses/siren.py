@@ -113,19 +113,63 @@ def siren_regularizer(
       (mean over valid tokens), `siren_entropy` (H_bar), `masked_fraction` (regularised share of
       the valid tokens) and `anchor`.
     """
-    h_p = top_p_entropy(logits, p=top_p)
+    return siren_from_entropies(top_p_entropy(logits, p=top_p), token_entropy(logits), mask,
+                                quantile=quantile, anchor=anchor, coef=coef)
+
+
+def siren_from_entropies(
+    h_p: chex.Array,
+    entropy: chex.Array,
+    mask: chex.Array,
+    *,
+    quantile: float = 0.8,
+    anchor: chex.Array | float,
+    coef: float,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """`siren_regularizer` from the per-token entropies instead of the logits.
+
+        M = m * [H_p > Quantile_m(H_p, quantile)],  H_bar = sum M H_p / sum M,
+        R = coef * (H_bar - anchor)^2
+
+    h_p [N, T] is `top_p_entropy(logits)` (with its gradient), entropy [N, T] the full
+    `token_entropy(logits)` (a metric only); both are per-token, so a trainer may compute them
+    chunk by chunk (`losses.chunked.chunked_token_map`). Returns what `siren_regularizer` does.
+    """
     peak = peak_entropy_mask(jax.lax.stop_gradient(h_p), mask, quantile=quantile, strict=True)
     h_bar = _masked_mean(h_p, peak)
     anchor = jax.lax.stop_gradient(jnp.asarray(anchor, jnp.float32))
     penalty = coef * (h_bar - anchor) ** 2
     metrics = {
-        "entropy": jax.lax.stop_gradient(_masked_mean(token_entropy(logits), mask)),
+        "entropy": jax.lax.stop_gradient(_masked_mean(entropy, mask)),
         "top_p_entropy": jax.lax.stop_gradient(_masked_mean(h_p, mask)),
         "siren_entropy": jax.lax.stop_gradient(h_bar),
         "masked_fraction": jnp.sum(peak) / jnp.maximum(jnp.sum(mask > 0), 1),
         "anchor": anchor,
     }
     return penalty, metrics
+
+
+def regularizer_from_entropies(
+    name: str, entropy: chex.Array, h_p: chex.Array | None, mask: chex.Array, *, coef: float,
+    quantile: float, anchor: chex.Array | float,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """The `REGULARIZERS` entry `name` from per-token entropies (the chunked-logits path).
+
+    entropy [N, T] is the full-vocabulary entropy with its gradient, h_p [N, T] the top-p
+    entropy (needed by "siren" only). Equal to `REGULARIZERS.get(name)(logits, mask, ...)`
+    for "none", "naive" and "siren"; any other name raises ValueError (it needs the logits)."""
+    if name == "none":
+        return no_entropy_reg(None, mask, coef=coef, top_p=None, quantile=quantile,
+                              anchor=anchor)
+    if name == "naive":
+        bonus = -coef * _masked_mean(entropy, mask)
+        return bonus, {"entropy_reg": bonus}
+    if name == "siren":
+        penalty, metrics = siren_from_entropies(h_p, entropy, mask, quantile=quantile,
+                                                anchor=anchor, coef=coef)
+        return penalty, {"entropy_reg": penalty,
+                         **{k: v for k, v in metrics.items() if k != "entropy"}}
+    raise ValueError(f"entropy regulariser {name!r} needs the full logits (logprob_chunk=0)")
 
 
 def naive_entropy_bonus(
@@ -170,7 +214,9 @@ __all__ = [
     "naive_entropy_reg",
     "no_entropy_reg",
     "peak_entropy_mask",
+    "regularizer_from_entropies",
     "siren_entropy_reg",
+    "siren_from_entropies",
     "siren_regularizer",
     "top_p_entropy",
 ]

@@ -8,6 +8,8 @@ from jaxrl_suite.models.lm import (
     init_cache,
     rms_norm,
     rope_cos_sin,
+    stack_layers,
+    unstack_layers,
 )
 
 __all__ = [
@@ -18,4 +20,6 @@ __all__ = [
     "init_cache",
     "rms_norm",
     "rope_cos_sin",
+    "stack_layers",
+    "unstack_layers",
 ]

@@ -7,8 +7,11 @@
 A checkpoint directory holds `config.json`, the weights as `model.safetensors` or as shards named
 by `model.safetensors.index.json`, and the tokenizer files. The weights are read with
 `safetensors`' numpy backend (bfloat16 tensors, which numpy lacks, through `ml_dtypes`), so no
-torch is needed at run time. Parameters are float32 in our tree (`LMConfig.dtype` sets the compute
-dtype only), whatever the checkpoint's dtype.
+torch is needed at run time. Parameters are cast to `LMConfig.param_dtype` (float32 by default;
+`LMConfig.dtype` sets the compute dtype), whatever the checkpoint's dtype, and are stacked on a
+leading layer axis when the config scans its layers (`LMConfig.scanned`; `lm.stack_layers`).
+The options that config.json does not hold (`OPTIONS`: dtype, param_dtype, remat, scan_layers,
+attention_impl) are keyword arguments of the loaders.
 
 The mapping (see `models/lm.py`): each HF `Linear.weight` [out, in] is our Dense kernel [in, out]
 transposed; embeddings, norm scales and biases are copied as they are. From `config.json`:
@@ -35,7 +38,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrl_suite.models.lm import LMConfig
+from jaxrl_suite.models import lora as _lora
+from jaxrl_suite.models.lm import LMConfig, stack_layers, unstack_layers
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -52,19 +56,44 @@ _FIELD_NAMES = {  # LMConfig field -> config.json field
     "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps",
 }
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# LMConfig fields that config.json does not hold
+OPTIONS = ("dtype", "param_dtype", "remat", "scan_layers", "attention_impl")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(LMConfig):
     """An experiment's `model` section: `LMConfig` sizes for a model trained from scratch, or
     `hf_path`, a local Hugging Face checkpoint directory to start from (then the sizes, and the
-    tokenizer, come from the checkpoint; only `dtype` is still read from here)."""
+    tokenizer, come from the checkpoint; only the `OPTIONS` (dtype, param_dtype, remat,
+    scan_layers, attention_impl) and the LoRA fields are still read from here: `options()`).
+
+    `lora_rank` > 0 trains LoRA adapters (`models.lora`, Hu et al. arXiv:2106.09685) on the
+    projections named in `lora_targets`, y = x W + (lora_alpha / lora_rank) x A B, with the base
+    weights W frozen (from scratch or from `hf_path` alike)."""
 
     hf_path: str | None = None  # e.g. --set model.hf_path=/models/Qwen2.5-0.5B
+    lora_rank: int = 0  # LoRA rank r (0 = off: every parameter trains)
+    lora_alpha: float = 16.0  # LoRA scale: the update is (lora_alpha / lora_rank) x A B
+    lora_targets: tuple[str, ...] = _lora.TARGETS  # of q, k, v, o (attention), gate, up, down
+
+    def __post_init__(self):
+        super().__post_init__()
+        _lora.check_lora(self.lora_rank, self.lora_alpha, self.lora_targets)
+
+    @property
+    def lora(self) -> _lora.LoraConfig | None:
+        """The `LoraConfig` of the lora_* fields, or None when `lora_rank` is 0."""
+        if not self.lora_rank:
+            return None
+        return _lora.LoraConfig(self.lora_rank, self.lora_alpha, tuple(self.lora_targets))
 
     def lm_config(self) -> LMConfig:
         """The plain `LMConfig` of these fields (without `hf_path`)."""
         return LMConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LMConfig)})
+
+    def options(self) -> dict:
+        """The `OPTIONS` fields, as keyword arguments of `load_hf_checkpoint`."""
+        return {name: getattr(self, name) for name in OPTIONS}
 
 
 class HFCheckpointError(ValueError):
@@ -87,8 +116,13 @@ def _rope_theta(hf: dict, where: str) -> float:
     return float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
-def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.json") -> LMConfig:
-    """Our `LMConfig` for a Hugging Face `config.json` dict (Llama, Qwen2 or Qwen3)."""
+def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.json",
+                   param_dtype: str = "float32", remat: str = "none",
+                   scan_layers: bool | None = None,
+                   attention_impl: str | None = None) -> LMConfig:
+    """Our `LMConfig` for a Hugging Face `config.json` dict (Llama, Qwen2 or Qwen3), with the
+    `OPTIONS` that config.json does not hold (dtype, param_dtype, remat, scan_layers,
+    attention_impl)."""
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
         raise HFCheckpointError(f"{where}: field 'model_type'={model_type!r} is not supported "
@@ -126,6 +160,10 @@ def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.jso
             head_dim=None if head_dim is None else int(head_dim),
             qkv_bias=model_type == "qwen2",
             qk_norm=model_type == "qwen3",
+            param_dtype=param_dtype,
+            remat=remat,
+            scan_layers=scan_layers,
+            attention_impl=attention_impl,
         )
     except ValueError as e:  # say it in config.json's field names
         msg = str(e).replace("LMConfig.", "")
@@ -210,8 +248,10 @@ def _layout(config: LMConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...
 
 def params_from_hf(tensors: dict[str, np.ndarray], config: LMConfig, *,
                    where: str = "checkpoint") -> dict:
-    """Our `{"params": ...}` tree (float32 numpy) from HF-named tensors; strict about names and
-    shapes (a tied checkpoint's redundant `lm_head.weight` is ignored)."""
+    """Our `{"params": ...}` tree (numpy, in `config.param_dtype`) from HF-named tensors; strict
+    about names and shapes (a tied checkpoint's redundant `lm_head.weight` is ignored). The tree
+    is the scanned one (`stack_layers`: subtree `layers`, leaves [L, ...]) when
+    `config.scanned`."""
     layout = _layout(config)
     extra = [n for n in tensors if n not in layout and not n.endswith(_IGNORED_SUFFIXES)
              and not (n == "lm_head.weight" and config.tie_embeddings)]
@@ -226,17 +266,22 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: LMConfig, *,
         if tuple(x.shape) != shape:
             raise HFCheckpointError(f"{where}: tensor '{name}' has shape {tuple(x.shape)} but "
                                     f"config.json implies {shape}")
-        x = np.asarray(x, dtype=np.float32)
+        x = np.asarray(x, dtype=config.param_jnp_dtype)
         node = tree
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = np.ascontiguousarray(x.T) if transpose else x
+    if config.scanned:
+        tree = stack_layers(tree, config.n_layers)
     return {"params": tree}
 
 
 def params_to_hf(params, config: LMConfig) -> dict[str, np.ndarray]:
-    """HF-named float32 tensors of our params (`{"params": ...}` or the inner tree)."""
+    """HF-named float32 tensors of our params (`{"params": ...}` or the inner tree; unrolled, or
+    scanned with a `layers` stack, whatever `config.scan_layers` says)."""
     tree = params.get("params", params)
+    if "layers" in tree:
+        tree = unstack_layers(tree, config.n_layers)
     out = {}
     for name, (path, shape, transpose) in _layout(config).items():
         node = tree
@@ -321,8 +366,9 @@ def _weight_files(path: Path) -> list[Path]:
 # load / save
 
 
-def load_hf_config(path: str | Path, *, dtype: str = "float32") -> LMConfig:
-    """The `LMConfig` of the checkpoint directory `path` (reads only config.json)."""
+def load_hf_config(path: str | Path, *, dtype: str = "float32", **options) -> LMConfig:
+    """The `LMConfig` of the checkpoint directory `path` (reads only config.json); `options`:
+    param_dtype, remat, scan_layers (as `config_from_hf`)."""
     cfg_file = Path(path).expanduser() / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{cfg_file} is missing (not a Hugging Face checkpoint directory)")
@@ -330,24 +376,30 @@ def load_hf_config(path: str | Path, *, dtype: str = "float32") -> LMConfig:
         hf = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
         raise HFCheckpointError(f"{cfg_file}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    return config_from_hf(hf, dtype=dtype, where=str(cfg_file))
+    return config_from_hf(hf, dtype=dtype, where=str(cfg_file), **options)
 
 
-def load_hf_checkpoint(path: str | Path, *, dtype: str = "float32", tokenizer: bool = True):
+def load_hf_checkpoint(path: str | Path, *, dtype: str = "float32", tokenizer: bool = True,
+                       param_dtype: str = "float32", remat: str = "none",
+                       scan_layers: bool | None = None, attention_impl: str | None = None):
     """Read a local Hugging Face Llama / Qwen2 / Qwen3 checkpoint directory.
 
     Args:
       path: directory with config.json, model.safetensors (or shards + index) and tokenizer files.
-      dtype: our compute dtype ("float32" | "bfloat16"); params are float32 either way.
+      dtype: our compute dtype ("float32" | "bfloat16").
+      param_dtype: the dtype the params are cast to ("float32" | "bfloat16").
+      remat, scan_layers, attention_impl: the `LMConfig` fields of those names (scan_layers
+        decides the params' layout: scanned ones are stacked on a leading layer axis).
       tokenizer: also load the tokenizer (a missing one is an error); False returns None for it.
 
     Returns:
-      (LMConfig, params {"params": ...} of float32 numpy arrays, Tokenizer or None).
+      (LMConfig, params {"params": ...} of numpy arrays in param_dtype, Tokenizer or None).
     """
     path = Path(path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"Hugging Face checkpoint directory {path} does not exist")
-    config = load_hf_config(path, dtype=dtype)
+    config = load_hf_config(path, dtype=dtype, param_dtype=param_dtype, remat=remat,
+                            scan_layers=scan_layers, attention_impl=attention_impl)
     tensors: dict[str, np.ndarray] = {}
     for f in _weight_files(path):
         tensors.update(read_safetensors(f))
@@ -364,13 +416,27 @@ def load_hf_checkpoint(path: str | Path, *, dtype: str = "float32", tokenizer: b
 
 
 def save_hf_checkpoint(params, config: LMConfig, path: str | Path, *, tokenizer=None,
-                       max_shard_bytes: int = 5 * 2**30) -> Path:
+                       max_shard_bytes: int = 5 * 2**30, merge_lora: bool = False,
+                       lora: _lora.LoraConfig | None = None) -> Path:
     """Write `params` as a Hugging Face checkpoint directory (float32 safetensors + config.json,
     plus the tokenizer's files when given), loadable by `transformers.AutoModelForCausalLM` and
     by `load_hf_checkpoint`. Above `max_shard_bytes` the weights are split into shards named by
-    model.safetensors.index.json, as `save_pretrained` does. Returns the directory."""
+    model.safetensors.index.json, as `save_pretrained` does. Returns the directory.
+
+    Params with LoRA adapters need `merge_lora=True`: the adapters are folded into the weights,
+    W' = W + (alpha / r) A B (`models.lora.merge_lora`, with `lora`, or `config.lora` when
+    `config` is a `ModelConfig`), and a plain model is written."""
     from safetensors.numpy import save_file
 
+    if merge_lora:
+        lora = lora if lora is not None else getattr(config, "lora", None)
+        if lora is None:
+            raise ValueError("save_hf_checkpoint(merge_lora=True) needs lora= (the LoraConfig "
+                             "the adapters were trained with)")
+        params = _lora.merge_lora(params, lora)
+    elif _lora.split_lora(params)[1]:
+        raise ValueError("save_hf_checkpoint: params hold LoRA adapters; pass merge_lora=True "
+                         "(and lora=) to fold them into the weights")
     path = Path(path).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     tensors = params_to_hf(params, config)
@@ -412,6 +478,7 @@ __all__ = [
     "ARCHITECTURES",
     "HFCheckpointError",
     "ModelConfig",
+    "OPTIONS",
     "config_from_hf",
     "config_to_hf",
     "load_hf_checkpoint",

@@ -23,23 +23,43 @@ and saves them; Dense kernels are the transposed HF `weight`s):
     layer_{i}/mlp/{gate,up,down}/kernel      model.layers.{i}.mlp.{gate,up,down}_proj
     final_norm/scale                         model.norm.weight
     lm_head/kernel                           lm_head.weight (untied only)
+
+With `LMConfig.scan_layers` (on by default from 8 layers) the blocks run as one `nn.scan` and the
+L per-layer subtrees become one subtree `layers` whose leaves carry a leading layer axis:
+
+    layers/attn/q/kernel        [L, D, N*Dh]     = stack of layer_{i}/attn/q/kernel
+    layers/attn_norm/scale      [L, D]           (every layer_{i} leaf likewise)
+
+`stack_layers` / `unstack_layers` convert between the two trees (`models/hf.py` maps HF names to
+either). Parameters are created in `LMConfig.param_dtype` (float32 master weights by default) and
+computed with in `LMConfig.dtype`. `LMConfig.remat` rematerialises each block in the backward pass
+(`Block` defines the policies). Attention is `jax.nn.dot_product_attention`, with the
+implementation `LMConfig.attention_impl` (JAX's default, XLA; or "cudnn" flash attention on an
+NVIDIA GPU; see `Attention`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxrl_suite.models.sharding import constrain
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# Finite "minus infinity": a fully masked row gives a uniform softmax instead of NaN.
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+# LMConfig.remat -> the `jax.checkpoint` policy of each block (see `Block`).
+_REMAT_POLICIES = {
+    "none": None,
+    "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+SCAN_LAYERS_FROM = 8  # scan_layers=None scans the layers of models with at least this many
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +76,16 @@ class LMConfig:
     rope_theta: float = 10000.0  # RoPE base frequency
     tie_embeddings: bool = True  # logits = h @ embed.T instead of a separate lm_head
     norm_eps: float = 1e-6  # RMSNorm epsilon
-    dtype: str = "float32"  # compute dtype ("float32" | "bfloat16"); params stay float32
+    dtype: str = "float32"  # compute dtype ("float32" | "bfloat16")
     head_dim: int | None = None  # per-head width; default d_model // n_heads
     qkv_bias: bool = False  # Qwen2-style bias on the q/k/v projections
     qk_norm: bool = False  # Qwen3-style RMSNorm of each query/key head (over Dh) before RoPE
+    param_dtype: str = "float32"  # dtype every parameter is created and stored in
+    remat: str = "none"  # "none" | "block" | "full": what a block keeps for backward (`Block`)
+    scan_layers: bool | None = None  # nn.scan over the blocks; None: on when n_layers >= 8
+    # jax.nn.dot_product_attention's implementation: None (JAX's choice: XLA in JAX 0.10 on every
+    # backend), "xla", or "cudnn" (cuDNN flash attention; NVIDIA GPUs, bf16/fp16 compute only)
+    attention_impl: str | None = None
 
     def __post_init__(self):
         for name in (
@@ -95,6 +121,18 @@ class LMConfig:
             raise ValueError(f"LMConfig.norm_eps must be positive, got {self.norm_eps}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"LMConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.param_dtype not in _DTYPES:
+            raise ValueError(f"LMConfig.param_dtype must be one of {sorted(_DTYPES)}, got "
+                             f"{self.param_dtype!r}")
+        if self.attention_impl not in (None, "xla", "cudnn"):
+            raise ValueError(f"LMConfig.attention_impl must be null, 'xla' or 'cudnn', got "
+                             f"{self.attention_impl!r}")
+        if self.remat not in _REMAT_POLICIES:
+            raise ValueError(f"LMConfig.remat must be one of {list(_REMAT_POLICIES)}, got "
+                             f"{self.remat!r}")
+        if self.scan_layers not in (None, True, False):
+            raise ValueError(f"LMConfig.scan_layers must be true, false or null, got "
+                             f"{self.scan_layers!r}")
 
     @property
     def resolved_head_dim(self) -> int:
@@ -106,34 +144,91 @@ class LMConfig:
         """The jnp dtype named by `dtype`."""
         return _DTYPES[self.dtype]
 
+    @property
+    def param_jnp_dtype(self):
+        """The jnp dtype named by `param_dtype`."""
+        return _DTYPES[self.param_dtype]
+
+    @property
+    def scanned(self) -> bool:
+        """Whether the blocks run as one `nn.scan` (`scan_layers`, or n_layers >= 8 when None)."""
+        if self.scan_layers is None:
+            return self.n_layers >= SCAN_LAYERS_FROM
+        return bool(self.scan_layers)
+
 
 class KVCache(NamedTuple):
-    """Key/value cache: one [B, K, S, Dh] array per layer (K kv heads, S slots, Dh head dim).
+    """Key/value cache, K kv heads, S slots, Dh head dim, in one of two layouts:
 
-    k, v: tuples of L arrays. Two layout choices keep decoding fast on CPU: per-layer arrays
-    (a layer slice of a stacked [L, ...] array is copied before every attention matmul), and
-    heads before slots (a [B, S, K, Dh] layout is transposed, i.e. copied, for the matmul).
-    `jnp.stack(cache.k)` gives the stacked [L, B, K, S, Dh] view when one is needed.
+    unrolled model: k, v are tuples of L arrays [B, K, S, Dh], one per layer. Two layout choices
+      keep decoding fast on CPU: per-layer arrays (a layer slice of a stacked [L, ...] array is
+      copied before every attention matmul), and heads before slots (a [B, S, K, Dh] layout is
+      transposed, i.e. copied, for the matmul). `jnp.stack(cache.k)` gives the stacked view.
+    scanned model (`LMConfig.scanned`): k, v are single arrays [L, B, K, S, Dh], carried through
+      the layer scan; layer l writes and reads slice l.
     """
 
-    k: tuple[jax.Array, ...]
-    v: tuple[jax.Array, ...]
+    k: tuple[jax.Array, ...] | jax.Array
+    v: tuple[jax.Array, ...] | jax.Array
 
     @property
     def cache_len(self) -> int:
         """Number of slots S."""
-        return self.k[0].shape[2]
+        return (self.k[0] if isinstance(self.k, tuple | list) else self.k).shape[-2]
 
 
 def init_cache(config: LMConfig, batch_size: int, cache_len: int, dtype=jnp.float32) -> KVCache:
-    """Return a zero `KVCache`: L arrays [B, K, S, Dh] each for k and v, S = cache_len."""
+    """Return a zero `KVCache` with S = cache_len slots: L arrays [B, K, S, Dh] each for k and v,
+    or one [L, B, K, S, Dh] array each when `config.scanned`."""
     if cache_len > config.max_len:
         raise ValueError(f"cache_len={cache_len} exceeds LMConfig.max_len={config.max_len}")
     shape = (batch_size, config.n_kv_heads, cache_len, config.resolved_head_dim)
     names = ("batch", "kv_heads", None, None)  # rows over the batch axes, kv heads over tensor
-    zeros = lambda: tuple(constrain(jnp.zeros(shape, dtype), names)
-                          for _ in range(config.n_layers))
+    if config.scanned:
+        zeros = lambda: constrain(jnp.zeros((config.n_layers, *shape), dtype), (None, *names))
+    else:
+        zeros = lambda: tuple(constrain(jnp.zeros(shape, dtype), names)
+                              for _ in range(config.n_layers))
     return KVCache(k=zeros(), v=zeros())
+
+
+def _stack(*xs):
+    """np.stack for numpy leaves (a loaded checkpoint stays on the host), else jnp.stack."""
+    if all(isinstance(x, np.ndarray) for x in xs):
+        return np.stack(xs)
+    return jnp.stack(xs)
+
+
+def stack_layers(params, n_layers: int):
+    """The scanned tree of an unrolled one: in every mapping of `params` (`{"params": ...}`, the
+    inner tree, or any tree holding it) the subtrees layer_0..layer_{L-1} become one subtree
+    `layers` whose leaves are the L layer leaves stacked on a new leading axis."""
+    if not isinstance(params, Mapping):
+        return params
+    names = [f"layer_{i}" for i in range(n_layers)]
+    if all(n in params for n in names):
+        out = {k: v for k, v in params.items() if k not in names}
+        out["layers"] = jax.tree.map(_stack, *(params[n] for n in names))
+        return out
+    return {k: stack_layers(v, n_layers) for k, v in params.items()}
+
+
+def unstack_layers(params, n_layers: int):
+    """The unrolled tree of a scanned one (inverse of `stack_layers`): every `layers` subtree
+    with a leading axis of size L becomes layer_0..layer_{L-1}."""
+    if not isinstance(params, Mapping):
+        return params
+    if "layers" in params:
+        layers = params["layers"]
+        sizes = {x.shape[0] for x in jax.tree.leaves(layers)}
+        if sizes != {n_layers}:
+            raise ValueError(f"params 'layers' have leading sizes {sorted(sizes)}, but "
+                             f"LMConfig.n_layers={n_layers}")
+        out = {k: v for k, v in params.items() if k != "layers"}
+        for i in range(n_layers):
+            out[f"layer_{i}"] = jax.tree.map(lambda x, i=i: x[i], layers)
+        return out
+    return {k: unstack_layers(v, n_layers) for k, v in params.items()}
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
@@ -172,68 +267,82 @@ class RMSNorm(nn.Module):
     """RMSNorm with a learned scale (initialised to ones). [..., D] -> [..., D]."""
 
     eps: float = 1e-6
+    param_dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
         return rms_norm(x, scale, self.eps)
 
 
+def _dense(cfg: LMConfig, features: int, name: str, bias: bool):
+    """A projection x -> x W (+ b) in the compute dtype. The output is cast to it, so a LoRA
+    adapter (`models.lora`, whose float32 delta qwix adds to the product) keeps a bf16 model's
+    activations in bf16 (and a scanned model's carry in one dtype)."""
+    layer = nn.Dense(features, use_bias=bias, dtype=cfg.compute_dtype,
+                     param_dtype=cfg.param_jnp_dtype, name=name)
+    return lambda x: layer(x).astype(cfg.compute_dtype)
+
+
 class Attention(nn.Module):
-    """Grouped-query self-attention with RoPE and an optional KV cache."""
+    """Grouped-query self-attention with RoPE and an optional KV cache.
+
+    out = o(concat_n softmax(q_n k_{g(n)}^T / sqrt(Dh) masked) v_{g(n)}), query head n reading
+    kv head g(n) = n // (N / K), through `jax.nn.dot_product_attention` with implementation
+    `config.attention_impl` (None, JAX's default, is XLA on every backend in JAX 0.10; "cudnn"
+    asks for cuDNN flash attention, which needs a GPU and bf16/fp16 compute). A masked score is the
+    finite -0.7 * float32 max, so a query row with every key masked (a padding query of a
+    left-padded prompt) gets a uniform softmax: finite outputs that nothing downstream uses.
+    """
 
     config: LMConfig
 
     @nn.compact
-    def __call__(self, x, cos, sin, mask, cache=None, layer=0, cache_index=None):
-        """Attend; x [B, T, D], cos/sin [B, T, Dh], mask broadcastable to [B, 1, 1, T, S].
+    def __call__(self, x, cos, sin, mask, kv=None, cache_index=None, layer=None):
+        """Attend; x [B, T, D], cos/sin [B, T, Dh], mask bool broadcastable to [B, 1, T, S].
 
-        Without a cache, S = T and keys are this call's tokens. With `cache` (a `KVCache`) the
-        new k, v are written at slots cache_index..cache_index+T-1 of layer `layer` and the
-        queries attend over all S slots; cache_index is an int32 scalar shared by the rows, or
-        a vector [B] with one start slot per row. Returns (out [B, T, D], cache or None).
+        Without a cache (kv None), S = T and keys are this call's tokens. With kv = (k, v), this
+        layer's cache buffers [B, K, S, Dh] (or, with `layer` an int32 index, the stacked
+        buffers [L, B, K, S, Dh] of which slice `layer` is this layer's), the new k, v are
+        written at slots cache_index..cache_index+T-1 and the queries attend over all S slots;
+        cache_index is an int32 scalar shared by the rows, or a vector [B] with one start slot
+        per row.
+        Returns (out [B, T, D], the updated (k, v) or None).
         """
         cfg = self.config
         dtype = cfg.compute_dtype
         b, t, _ = x.shape
         nh, nk, hd = cfg.n_heads, cfg.n_kv_heads, cfg.resolved_head_dim
-        dense = lambda n, name, bias: nn.Dense(
-            n, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, name=name
-        )
+        dense = lambda n, name, bias: _dense(cfg, n, name, bias)
         q = dense(nh * hd, "q", cfg.qkv_bias)(x).reshape(b, t, nh, hd)
         k = dense(nk * hd, "k", cfg.qkv_bias)(x).reshape(b, t, nk, hd)
         if cfg.qk_norm:  # Qwen3: per-head RMSNorm over Dh, one scale per norm shared by heads
-            q = RMSNorm(cfg.norm_eps, name="q_norm")(q)
-            k = RMSNorm(cfg.norm_eps, name="k_norm")(k)
+            q = RMSNorm(cfg.norm_eps, cfg.param_jnp_dtype, name="q_norm")(q)
+            k = RMSNorm(cfg.norm_eps, cfg.param_jnp_dtype, name="k_norm")(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        v = dense(nk * hd, "v", cfg.qkv_bias)(x).reshape(b, t, nk, hd)
-        k = k.transpose(0, 2, 1, 3)  # [B, K, T, Dh]
-        v = v.transpose(0, 2, 1, 3)
-        if cache is not None:
+        v = dense(nk * hd, "v", cfg.qkv_bias)(x).reshape(b, t, nk, hd)  # [B, T, K, Dh]
+        if kv is not None:
+            lead = () if layer is None else (layer,)  # the stacked cache's layer axis
             if jnp.ndim(cache_index) == 0:
                 write = lambda buf, new: lax.dynamic_update_slice(
-                    buf, new.astype(buf.dtype), (0, 0, cache_index, 0)
+                    buf, new.reshape((1,) * len(lead) + new.shape).astype(buf.dtype),
+                    (*lead, 0, 0, cache_index, 0),
                 )
             else:  # row b at slots cache_index[b]..+T-1 (one scatter; start clamped like above)
                 write = lambda buf, new: jax.vmap(
-                    lambda row, upd, i: lax.dynamic_update_slice(row, upd, (0, i, 0))
+                    lambda row, upd, i: lax.dynamic_update_slice(
+                        row, upd.reshape((1,) * len(lead) + upd.shape),
+                        (*lead, 0, i, 0)),
+                    in_axes=(len(lead), 0, 0), out_axes=len(lead),
                 )(buf, new.astype(buf.dtype), cache_index)
-            k_all, v_all = write(cache.k[layer], k), write(cache.v[layer], v)  # [B, K, S, Dh]
-            cache = KVCache(
-                k=(*cache.k[:layer], k_all, *cache.k[layer + 1 :]),
-                v=(*cache.v[:layer], v_all, *cache.v[layer + 1 :]),
-            )
-            k, v = k_all.astype(dtype), v_all.astype(dtype)
-        # [B, K, G*T, Dh]: the G query heads sharing a kv head, each with its T queries.
-        q = q.reshape(b, t, nk, nh // nk, hd).transpose(0, 2, 3, 1, 4).reshape(b, nk, -1, hd)
-        q = q * jnp.asarray(hd**-0.5, dtype)
-        scores = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32)
-        scores = scores.reshape(b, nk, nh // nk, t, -1)  # [B, K, G, T, S]
-        scores = jnp.where(mask, scores, _MASK_VALUE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dtype).reshape(b, nk, -1, scores.shape[-1])
-        out = jnp.einsum("bkqs,bksd->bkqd", probs, v)  # [B, K, G*T, Dh]
-        out = out.reshape(b, nh, t, hd).transpose(0, 2, 1, 3).reshape(b, t, nh * hd)
-        return dense(cfg.d_model, "o", False)(out), cache
+            kv = (write(kv[0], k.transpose(0, 2, 1, 3)), write(kv[1], v.transpose(0, 2, 1, 3)))
+            read = (lambda buf: buf) if layer is None else (
+                lambda buf: lax.dynamic_index_in_dim(buf, layer, 0, keepdims=False))
+            # [B, K, S, Dh] -> [B, S, K, Dh]: XLA folds this transpose into the score matmul
+            k, v = (read(buf).astype(dtype).transpose(0, 2, 1, 3) for buf in kv)
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=hd**-0.5,
+                                           implementation=cfg.attention_impl)  # [B, T, N, Dh]
+        return dense(cfg.d_model, "o", False)(out.reshape(b, t, nh * hd)), kv
 
 
 class MLP(nn.Module):
@@ -244,28 +353,62 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         cfg = self.config
-        dense = lambda n, name: nn.Dense(
-            n, use_bias=False, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name=name
-        )
+        dense = lambda n, name: _dense(cfg, n, name, False)
         hidden = nn.silu(dense(cfg.d_ff, "gate")(x)) * dense(cfg.d_ff, "up")(x)  # [B, T, F]
         return dense(cfg.d_model, "down")(hidden)
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: h + attn(norm(h)), then + mlp(norm(.))."""
+    """Pre-norm transformer block: h + attn(norm(h)), then + mlp(norm(.)).
+
+    `LMConfig.remat` sets what the backward pass keeps of a block's forward (`block_class`):
+      none   everything autodiff saves (no recomputation);
+      block  only the outputs of matmuls without batch dimensions (q, k, v, o, gate, up, down:
+             `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`); norms, RoPE, the
+             attention scores and probabilities and the SwiGLU product are recomputed;
+      full   nothing but the block's inputs (`nothing_saveable`): the whole block is recomputed.
+    """
 
     config: LMConfig
 
     @nn.compact
-    def __call__(self, h, cos, sin, mask, cache=None, layer=0, cache_index=None):
-        """h [B, T, D] -> (h [B, T, D], cache); see `Attention` for the other arguments."""
+    def __call__(self, carry, layer, cos, sin, mask, cache_index):
+        """carry = (h [B, T, D], kv) -> ((h, kv), None); see `Attention` for the other
+        arguments. kv is this layer's cache (k, v), or the stacked cache of every layer when
+        `layer` (an int32 index, the xs of `nn.scan`) is given. The (carry, xs) -> (carry, ys)
+        form is the one `nn.scan` needs."""
         cfg = self.config
-        a, cache = Attention(cfg, name="attn")(
-            RMSNorm(cfg.norm_eps, name="attn_norm")(h), cos, sin, mask, cache, layer, cache_index
-        )
+        h, kv = carry
+        norm = lambda name: RMSNorm(cfg.norm_eps, cfg.param_jnp_dtype, name=name)
+        a, kv = Attention(cfg, name="attn")(norm("attn_norm")(h), cos, sin, mask, kv,
+                                            cache_index, layer)
         h = h + a
-        h = h + MLP(cfg, name="mlp")(RMSNorm(cfg.norm_eps, name="mlp_norm")(h))
-        return h, cache
+        h = h + MLP(cfg, name="mlp")(norm("mlp_norm")(h))
+        return (constrain(h, ("batch", None, None)), kv), None  # residual: split by rows
+
+
+def block_class(config: LMConfig):
+    """`Block`, wrapped in `nn.remat` with the policy of `config.remat` unless it is "none"."""
+    policy = _REMAT_POLICIES[config.remat]
+    if config.remat == "none":
+        return Block
+    # prevent_cse guards remat against XLA's CSE; inside a scan it is not needed and costs speed.
+    return nn.remat(Block, policy=policy, prevent_cse=not config.scanned)
+
+
+def _scan_blocks(config: LMConfig):
+    """The L blocks as one `nn.scan` over the layer index (the xs): the carry is (h, stacked
+    cache (k, v) [L, ...]), layer l writing and reading its slice in place, and the parameters
+    get a leading layer axis (tree `layers`). Carrying the cache rather than scanning it as
+    xs/ys saves two copies of the whole cache per call: 2.3x faster decoding (4 x 128 model,
+    B = 64, 2-core CPU)."""
+    return nn.scan(
+        block_class(config),
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        length=config.n_layers,
+    )
 
 
 class CausalLM(nn.Module):
@@ -282,6 +425,7 @@ class CausalLM(nn.Module):
         cache: KVCache | None = None,
         cache_index: jax.Array | int | None = None,
         return_hidden: bool = False,
+        return_logits: bool = True,
     ):
         """Run the model on tokens [B, T] int32.
 
@@ -297,7 +441,10 @@ class CausalLM(nn.Module):
         cache is a multi-token cached call (a prefill, or the verification of T draft tokens).
 
         Returns (logits [B, T, V] float32, new cache or None), plus the final-normed hidden
-        states [B, T, D] as a third element when return_hidden.
+        states [B, T, D] as a third element when return_hidden. With return_logits False
+        (and return_hidden) the [B, T, V] logits are never formed and the first element is None:
+        project the hidden states yourself (`output_projection`, `losses.chunked`). Initialise
+        params with the default True (an untied lm_head is created where it is used).
         """
         cfg = self.config
         dtype = cfg.compute_dtype
@@ -305,7 +452,7 @@ class CausalLM(nn.Module):
         q_slots = jnp.arange(t, dtype=jnp.int32)  # [T]
         if cache is None:
             k_slots = q_slots
-            cache_index = 0
+            cache_index = None
         else:
             if cache_index is None:
                 raise ValueError("cache_index is required when a cache is given")
@@ -323,16 +470,16 @@ class CausalLM(nn.Module):
         if positions is None:
             positions = jnp.broadcast_to(q_slots, (b, t))
         mask = k_slots <= q_slots[..., None]  # [T, S] or [B, T, S] causal
-        mask = mask.reshape(-1, 1, 1, *mask.shape[-2:])  # [1 or B, 1, 1, T, S]
+        mask = mask.reshape(-1, 1, *mask.shape[-2:])  # [1 or B, 1, T, S]
         if key_mask is not None:
-            mask = mask & key_mask.astype(bool)[:, None, None, None, :]  # [B, 1, 1, T, S]
+            mask = mask & key_mask.astype(bool)[:, None, None, :]  # [B, 1, T, S]
 
         cos, sin = rope_cos_sin(positions, cfg.resolved_head_dim, cfg.rope_theta)
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.d_model,
             dtype=dtype,
-            param_dtype=jnp.float32,
+            param_dtype=cfg.param_jnp_dtype,
             embedding_init=nn.initializers.normal(stddev=0.02),
             name="embed",
         )
@@ -341,10 +488,23 @@ class CausalLM(nn.Module):
         # stay split over tensor (a vocab-parallel lookup and, when tied, vocab-parallel logits).
         table = constrain(embed.embedding, ("vocab", None)).astype(dtype)  # [V, D]
         h = constrain(jnp.take(table, tokens, axis=0), residual)  # [B, T, D], as nn.Embed
-        for i in range(cfg.n_layers):
-            h, cache = Block(cfg, name=f"layer_{i}")(h, cos, sin, mask, cache, i, cache_index)
-            h = constrain(h, residual)
-        h = RMSNorm(cfg.norm_eps, name="final_norm")(h)
+        if cfg.scanned:  # one scanned block; the stacked cache rides in the carry
+            kv = None if cache is None else (cache.k, cache.v)
+            layers = jnp.arange(cfg.n_layers, dtype=jnp.int32)
+            (h, kv), _ = _scan_blocks(cfg)(cfg, name="layers")((h, kv), layers, cos, sin, mask,
+                                                               cache_index)
+            cache = None if cache is None else KVCache(*kv)
+        else:  # L blocks; the per-layer cache tuple is threaded through them
+            block, new = block_class(cfg), []
+            for i in range(cfg.n_layers):
+                kv = None if cache is None else (cache.k[i], cache.v[i])
+                (h, kv), _ = block(cfg, name=f"layer_{i}")((h, kv), None, cos, sin, mask,
+                                                           cache_index)
+                new.append(kv)
+            cache = None if cache is None else KVCache(*map(tuple, zip(*new, strict=True)))
+        h = RMSNorm(cfg.norm_eps, cfg.param_jnp_dtype, name="final_norm")(h)
+        if not return_logits:
+            return None, cache, h
         if cfg.tie_embeddings:
             logits = jnp.dot(h, table.T)  # as nn.Embed.attend
         else:
@@ -352,7 +512,7 @@ class CausalLM(nn.Module):
                 cfg.vocab_size,
                 use_bias=False,
                 dtype=dtype,
-                param_dtype=jnp.float32,
+                param_dtype=cfg.param_jnp_dtype,
                 name="lm_head",
             )(h)
         logits = logits.astype(jnp.float32)  # [B, T, V]
@@ -361,12 +521,28 @@ class CausalLM(nn.Module):
         return logits, cache
 
 
+def output_projection(params, config: LMConfig) -> tuple[jax.Array, bool]:
+    """The output projection W of a `CausalLM` params tree: (W, transpose_weight).
+
+        logits = h @ W.T   (tied: W = params['params']['embed']['embedding'] [V, D], True)
+        logits = h @ W     (untied: W = params['params']['lm_head']['kernel'] [D, V], False)
+
+    as `losses.chunked.project_logits(h, W, transpose_weight=...)` takes it."""
+    p = params["params"]
+    if config.tie_embeddings:
+        return p["embed"]["embedding"], True
+    return p["lm_head"]["kernel"], False
+
+
 __all__ = [
     "CausalLM",
     "KVCache",
     "LMConfig",
     "apply_rope",
     "init_cache",
+    "output_projection",
     "rms_norm",
     "rope_cos_sin",
+    "stack_layers",
+    "unstack_layers",
 ]

@@ -17,7 +17,8 @@ o and down by rows, so each device computes its heads and hidden units and one a
 the block's output; GSPMD inserts it. FSDP shards every matrix's d_model dimension over `fsdp`
 (and the optimizer state with it, since its leaves have the parameters' paths); XLA all-gathers a
 layer's weights where they are used. Norm scales (and anything the table does not name) stay
-replicated: they are small.
+replicated: they are small. LoRA adapters follow their kernel: A [in, r] is split like the
+kernel's input dimension, B [r, out] like its output dimension, and the rank is never split.
 
 The rules apply to any tree whose leaves have a parameter's path as suffix (params, gradients,
 the Adam moments inside `opt_state`, the reference params), so `shard_tree(state, mesh)` places a
@@ -46,6 +47,15 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"mlp/(gate|up)/kernel$", ("embed", "mlp")),
     (r"mlp/down/kernel$", ("mlp", "embed")),
     (r"lm_head/kernel$", ("embed", "vocab")),
+    # LoRA adapters (models/lora.py): A [in, r] splits its input dim as the kernel does, B [r, out]
+    # its output dim; the rank r stays whole.
+    (r"(attn/(q|k|v)|mlp/(gate|up))/kernel_lora_a$", ("embed", None)),
+    (r"attn/q/kernel_lora_b$", (None, "heads")),
+    (r"attn/(k|v)/kernel_lora_b$", (None, "kv_heads")),
+    (r"attn/o/kernel_lora_a$", ("heads", None)),
+    (r"mlp/(gate|up)/kernel_lora_b$", (None, "mlp")),
+    (r"mlp/down/kernel_lora_a$", ("mlp", None)),
+    (r"(attn/o|mlp/down)/kernel_lora_b$", (None, "embed")),
 )
 RULES: Mapping[str, str | tuple[str, ...] | None] = {
     "batch": ("data", "fsdp"),

@@ -1,6 +1,7 @@
 """The default `Sampler`: jitted batched sampling from `CausalLM` with a static KV cache.
 
-The prompt [B, P] (left-padded) is prefilled in one call into a cache of S = P + N slots, then
+The prompt [B, P] (left-padded) is prefilled in one call into a cache of S = P + N slots (in the
+model's layout, `init_cache`: per-layer arrays, or one [L, ...] stack for scanned layers), then
 tokens are decoded one at a time in a `lax.while_loop` that stops as soon as every row has
 emitted EOS. Per step n the key is fold_in(rng, n); the token is drawn from
 softmax(filter(logits / temperature)) with optional top-k and nucleus (top-p, arXiv:1904.09751)

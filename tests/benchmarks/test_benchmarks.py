@@ -23,3 +23,30 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     assert figures, name
     printed = capsys.readouterr().out
     assert unit in printed  # the throughput figures are printed
+
+
+def test_bench_scale_smoke(tmp_path):
+    """bench_scale compiles the update and sampler on 64 fake devices (its own process: the
+    device count is fixed when JAX starts) and writes per-device compiler estimates."""
+    import os
+    import subprocess
+
+    out = tmp_path / "bench_scale.json"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_scale.py"), "--smoke", "--out",
+                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compiler estimates" in proc.stdout
+    figures = json.loads(out.read_text())
+    assert figures["devices"] == 64
+    done = [r for r in figures["rows"] if "update" in r]
+    assert {(r["mesh"], r["option"]) for r in done} == {
+        (m, o) for m in ("data8", "fsdp8-tp2") for o in ("f32", "lora16-bf16-block-chunk-mb8")}
+    for r in done:
+        u = r["update"]
+        assert 0 < u["argument"] and 0 < u["peak"], r
+    by = {(r["mesh"], r["option"]): r["update"]["argument"] for r in done}
+    # the state split over fsdp 8 x tensor 2 holds less per device than a replicated one
+    assert by[("fsdp8-tp2", "f32")] < by[("data8", "f32")]
+    # LoRA: no Adam moments for the frozen base, so fewer argument bytes than full training
+    assert by[("data8", "lora16-bf16-block-chunk-mb8")] < by[("data8", "f32")]

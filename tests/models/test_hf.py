@@ -5,9 +5,7 @@ Tiny random models (2 layers, hidden size 64, GQA 4:2) are built from configs, s
 with `load_hf_checkpoint`, and compared with the PyTorch forward and greedy generation.
 """
 
-import importlib.util
 import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the [hf] extra; .ci/run installs it
 transformers = pytest.importorskip("transformers")
+
+from conftest import load_hf_parity  # noqa: E402
 
 from jaxrl_suite.models import CausalLM  # noqa: E402
 from jaxrl_suite.models.hf import (  # noqa: E402
@@ -29,16 +29,7 @@ from jaxrl_suite.models.hf import (  # noqa: E402
 FAMILIES = ("llama", "qwen2", "qwen3")
 
 
-def _load_parity_module():
-    """benchmarks/hf_parity.py: the tiny model / tokenizer builders and the two forwards."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "hf_parity.py"
-    spec = importlib.util.spec_from_file_location("hf_parity", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hp = _load_parity_module()
+hp = load_hf_parity()
 PAD, EOS = hp.PAD, hp.EOS
 _tokenizer, _torch_model, _batch = hp.tiny_tokenizer, hp.tiny_torch_model, hp.fixed_batch
 _torch_logits, _our_logits = hp.torch_logits, hp.our_logits
