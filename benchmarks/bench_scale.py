@@ -15,6 +15,10 @@ accelerator; a GPU/TPU compiler schedules (and so peaks) differently.
 
     peak per device ~ arguments + outputs + temporaries - aliased
 
+The trainers do not donate the train state to the update, so its new copy (the outputs) is
+counted beside the old one (the arguments); `peak_donated` = arguments + temporaries is what a
+donating update would need.
+
 The model shapes are those of the published config.json files (written below). The batch is
 `--rows` sequences of `--prompt` + `--new` tokens (64 x (512 + 512) by default); the layers are
 scanned (`model.scan_layers`), so a 32-layer model compiles as one layer.
@@ -81,7 +85,8 @@ OPTIONS = {
     "lora16-bf16-block-chunk": ("bfloat16", "block", 16, 1, 128),
     "lora16-bf16-block-chunk-mb8": ("bfloat16", "block", 16, 8, 128),
 }
-DEFAULT_OPTIONS = ("f32", "bf16-block", "bf16-block-chunk-mb8", "lora16-bf16-block-chunk-mb8")
+DEFAULT_OPTIONS = ("f32", "bf16-block", "bf16-block-chunk", "bf16-block-chunk-mb8",
+                   "lora16-bf16-block-chunk", "lora16-bf16-block-chunk-mb8")
 SETTINGS = ("dtype", "remat", "lora_rank", "micro_batches", "logprob_chunk")
 
 
@@ -96,6 +101,9 @@ def _memory(compiled) -> dict:
     out = {k: int(getattr(m, f"{k}_size_in_bytes")) for k in
            ("argument", "output", "temp", "alias")}
     out["peak"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    # what the peak would be if the input state were donated (its output written in place);
+    # the trainers do not donate it
+    out["peak_donated"] = out["argument"] + out["temp"]
     return out
 
 
@@ -171,7 +179,7 @@ def main(argv=None) -> dict:
           f"{jax.device_count()} fake {jax.default_backend()} devices")
     print("  per-device GiB = compiler estimates from memory_analysis() (compiled, not run)")
     head = (f"  {'model':13} {'mesh':10} {'options':27} {'params':>7} {'args':>7} {'temp':>7} "
-            f"{'peak':>7} {'compile s':>9}")
+            f"{'peak':>7} {'donated':>8} {'compile s':>9}")
     print(head)
     rows = []
     for model_name in a.models:
@@ -206,12 +214,12 @@ def main(argv=None) -> dict:
                 u = row["update"]
                 print(f"  {model_name:13} {mesh_name:10} {option:27} {n / 1e9:6.2f}B "
                       f"{_gib(u['argument']):>7} {_gib(u['temp']):>7} {_gib(u['peak']):>7} "
-                      f"{u['compile_s']:9.1f}")
+                      f"{_gib(u['peak_donated']):>8} {u['compile_s']:9.1f}")
                 if "sampler" in row:
                     s = row["sampler"]
                     print(f"  {'':13} {'':10} {'  sampler ' + OPTIONS[option][0]:27} {'':>7} "
                           f"{_gib(s['argument']):>7} {_gib(s['temp']):>7} {_gib(s['peak']):>7} "
-                          f"{s['compile_s']:9.1f}")
+                          f"{'':>8} {s['compile_s']:9.1f}")
     result = {"rows": rows, "batch": {"rows": a.rows, "prompt": a.prompt, "new": a.new},
               "note": "per-device bytes are XLA:CPU compiler estimates (memory_analysis), "
                       "not measured on an accelerator",
