@@ -72,6 +72,7 @@ from jaxrl_suite.losses.chunked import chunked_token_map, logprobs_and_entropy
 from jaxrl_suite.losses.policy import tis_weight
 from jaxrl_suite.losses.sft import sft_loss
 from jaxrl_suite.losses.siren import (
+    PER_TOKEN_REGULARIZERS,
     peak_entropy_mask,
     regularizer_from_entropies,
     siren_from_entropies,
@@ -181,6 +182,9 @@ class GRPOConfig:
                 registry.get(getattr(self, name))
             except UnknownNameError as e:
                 raise ValueError(f"{name}: {e}") from None
+        if self.logprob_chunk and self.entropy_reg not in PER_TOKEN_REGULARIZERS:
+            raise ValueError(f"grpo.entropy_reg={self.entropy_reg!r} needs the full logits: set "
+                             f"grpo.logprob_chunk=0 (chunked: {', '.join(PER_TOKEN_REGULARIZERS)})")
         for name in ("siren_quantile", "high_entropy_quantile"):
             q = getattr(self, name)
             if q is not None and not 0.0 <= q <= 1.0:
@@ -604,7 +608,6 @@ class GRPOTrainer(LMTrainer):
         # gradient, grpo.logprob_micro_batch rows at a time.
         self._logp = jit_on_mesh(lambda p, seq: map_rows(
             functools.partial(seq_logp, p), seq, c.logprob_micro_batch))
-        self._ref_logp = self._logp
 
         def siren_entropy(p, seq: SeqBatch):
             if c.logprob_chunk:
@@ -654,10 +657,11 @@ class GRPOTrainer(LMTrainer):
         g = c.group_size if group_size is None else group_size
         local = examples[process_rows(len(examples))]
         group = [e for e in local for _ in range(g)]  # prompt i -> rows [iG, (i+1)G)
-        prompt, prompt_mask = shard_batch(self.encode_prompts(group), self.mesh)
+        encoded = self.encode_prompts(group)  # host arrays [rows, P]: this process's rows
+        prompt, prompt_mask = shard_batch(encoded, self.mesh)
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        out = self._sample(state.params, group, prompt, prompt_mask, key)
+        out = self._sample(state.params, encoded, prompt, prompt_mask, key)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
@@ -671,20 +675,22 @@ class GRPOTrainer(LMTrainer):
                 "tokens": int(per_row[:, 2].sum())}
         return seq, out.logprobs, rewards, info
 
-    def _sample(self, params, group: list[Example], prompt, prompt_mask, key) -> GenerateOutput:
-        """The sampler's completions of the rows `group` (this process's; prompt, prompt_mask:
-        their placed encoding), grpo.rollout_micro_batch global rows per call (chunk i with the
-        key folded with i; one compiled program), reassembled and placed like the prompts."""
+    def _sample(self, params, encoded, prompt, prompt_mask, key) -> GenerateOutput:
+        """The sampler's completions of this process's prompt rows (`encoded`: their host
+        arrays; prompt, prompt_mask: the same placed on the mesh), grpo.rollout_micro_batch
+        global rows per call (chunk i with the key folded with i; one compiled program),
+        reassembled and placed like the prompts."""
         micro = self.config.rollout_micro_batch
         chunk = micro // jax.process_count()
-        if not micro or chunk >= len(group):
+        rows = len(encoded[0])
+        if not micro or chunk >= rows:
             return self.sampler(params, prompt, prompt_mask, key)
-        if len(group) % chunk:
+        if rows % chunk:
             raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
-                             f"{len(group) * jax.process_count()} rows of a rollout")
+                             f"{rows * jax.process_count()} rows of a rollout")
         outs = []
-        for i, start in enumerate(range(0, len(group), chunk)):
-            p, pm = shard_batch(self.encode_prompts(group[start : start + chunk]), self.mesh)
+        for i, start in enumerate(range(0, rows, chunk)):
+            p, pm = shard_batch(tuple(x[start : start + chunk] for x in encoded), self.mesh)
             out = self.sampler(params, p, pm, jax.random.fold_in(key, i))
             outs.append([host_local(x) for x in out])
         return GenerateOutput(*shard_batch(
@@ -722,7 +728,7 @@ class GRPOTrainer(LMTrainer):
             advantages = self.group_advantages(rewards)  # [B*G], the same on every process
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
-        ref_logp = self._ref_logp(self.ref_params, seq) if self.config.beta > 0 else None
+        ref_logp = self._logp(self.ref_params, seq) if self.config.beta > 0 else None
         if self.config.tis:  # the trainer's own old log-probs; the sampler's weigh the tokens
             batch = GRPOBatch(seq, self._logp(state.params, seq), ref_logp, advantages,
                               sampler_logp=old_logp)

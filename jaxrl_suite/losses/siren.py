@@ -149,18 +149,27 @@ def siren_from_entropies(
     return penalty, metrics
 
 
+# The REGULARIZERS entries computable from per-token entropies (so chunk by chunk, without the
+# full logits: `regularizer_from_entropies`); another entry needs the logits.
+PER_TOKEN_REGULARIZERS = ("none", "naive", "siren")
+
+
 def regularizer_from_entropies(
     name: str, entropy: chex.Array, h_p: chex.Array | None, mask: chex.Array, *, coef: float,
     quantile: float, anchor: chex.Array | float,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
-    """The `REGULARIZERS` entry `name` from per-token entropies (the chunked-logits path).
+    """The `REGULARIZERS` entry `name` (one of `PER_TOKEN_REGULARIZERS`) from per-token
+    entropies; the registered entries are this function on the entropies of their logits.
 
     entropy [N, T] is the full-vocabulary entropy with its gradient, h_p [N, T] the top-p
-    entropy (needed by "siren" only). Equal to `REGULARIZERS.get(name)(logits, mask, ...)`
-    for "none", "naive" and "siren"; any other name raises ValueError (it needs the logits)."""
+    entropy (needed by "siren" only):
+
+        "none":  0
+        "naive": -coef * mean_m H                      (the baseline bonus)
+        "siren": coef * (H_bar - anchor)^2             (`siren_from_entropies`)
+    """
     if name == "none":
-        return no_entropy_reg(None, mask, coef=coef, top_p=None, quantile=quantile,
-                              anchor=anchor)
+        return jnp.zeros((), jnp.float32), {}
     if name == "naive":
         bonus = -coef * _masked_mean(entropy, mask)
         return bonus, {"entropy_reg": bonus}
@@ -169,7 +178,8 @@ def regularizer_from_entropies(
                                                 anchor=anchor, coef=coef)
         return penalty, {"entropy_reg": penalty,
                          **{k: v for k, v in metrics.items() if k != "entropy"}}
-    raise ValueError(f"entropy regulariser {name!r} needs the full logits (logprob_chunk=0)")
+    raise ValueError(f"entropy regulariser {name!r} needs the full logits; the per-token ones "
+                     f"are {', '.join(PER_TOKEN_REGULARIZERS)}")
 
 
 def naive_entropy_bonus(
@@ -185,30 +195,31 @@ def naive_entropy_bonus(
 @REGULARIZERS.register("none")
 def no_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
     """No regulariser: a zero penalty and no metrics."""
-    del logits, mask, coef, top_p, quantile, anchor
-    return jnp.zeros((), jnp.float32), {}
+    del logits, top_p
+    return regularizer_from_entropies("none", None, None, mask, coef=coef, quantile=quantile,
+                                      anchor=anchor)
 
 
 @REGULARIZERS.register("naive")
 def naive_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
-    """`naive_entropy_bonus`, -coef * mean H over the valid tokens (top_p, quantile, anchor
+    """-coef * mean H over the valid tokens, as `naive_entropy_bonus` (top_p, quantile, anchor
     unused)."""
-    del top_p, quantile, anchor
-    bonus, _ = naive_entropy_bonus(logits, mask, coef=coef)
-    return bonus, {"entropy_reg": bonus}
+    del top_p
+    return regularizer_from_entropies("naive", token_entropy(logits), None, mask, coef=coef,
+                                      quantile=quantile, anchor=anchor)
 
 
 @REGULARIZERS.register("siren")
 def siren_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
     """`siren_regularizer`, coef * (H_bar - anchor)^2, with its metrics except the full entropy
     (which the trainer logs for every regulariser)."""
-    penalty, metrics = siren_regularizer(logits, mask, top_p=top_p, quantile=quantile,
-                                         anchor=anchor, coef=coef)
-    return penalty, {"entropy_reg": penalty,
-                     **{k: v for k, v in metrics.items() if k != "entropy"}}
+    return regularizer_from_entropies("siren", token_entropy(logits),
+                                      top_p_entropy(logits, p=top_p), mask, coef=coef,
+                                      quantile=quantile, anchor=anchor)
 
 
 __all__ = [
+    "PER_TOKEN_REGULARIZERS",
     "REGULARIZERS",
     "naive_entropy_bonus",
     "naive_entropy_reg",

@@ -368,7 +368,7 @@ def _weight_files(path: Path) -> list[Path]:
 
 def load_hf_config(path: str | Path, *, dtype: str = "float32", **options) -> LMConfig:
     """The `LMConfig` of the checkpoint directory `path` (reads only config.json); `options`:
-    param_dtype, remat, scan_layers (as `config_from_hf`)."""
+    param_dtype, remat, scan_layers, attention_impl (as `config_from_hf`)."""
     cfg_file = Path(path).expanduser() / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{cfg_file} is missing (not a Hugging Face checkpoint directory)")

@@ -64,8 +64,8 @@ def test_chunked_logprobs_and_micro_batches_give_the_plain_update(setup, plain):
     trainer, state, rollout, expected = plain
     other, _ = make(setup, logprob_chunk=4, train_micro_batch=4, logprob_micro_batch=8)
     seq = rollout[0]
-    np.testing.assert_allclose(other._ref_logp(trainer.ref_params, seq),
-                               trainer._ref_logp(trainer.ref_params, seq), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(other._logp(trainer.ref_params, seq),
+                               trainer._logp(trainer.ref_params, seq), rtol=1e-5, atol=1e-6)
     got = other.update(state, *rollout)
     assert_same_update(expected, got)
     assert {k for k in got[1] if k not in TIMING} == {k for k in expected[1] if k not in TIMING}
@@ -129,3 +129,17 @@ def test_row_counts_must_divide_the_batch():
         SFTConfig(batch_size=8, train_micro_batch=3)
     with pytest.raises(ValueError, match="grpo.sampler_dtype"):
         dataclasses.replace(BASE, sampler_dtype="float16")
+
+
+def test_a_regulariser_that_needs_the_logits_cannot_be_chunked(monkeypatch):
+    from jaxrl_suite.losses import REGULARIZERS
+    from jaxrl_suite.losses.siren import regularizer_from_entropies
+
+    monkeypatch.setitem(REGULARIZERS._entries, "logit_reg", lambda logits, mask, **kw: (0.0, {}))
+    dataclasses.replace(BASE, entropy_reg="logit_reg")  # fine on the full logits
+    with pytest.raises(ValueError, match=r"grpo.entropy_reg='logit_reg' needs the full logits: "
+                                         r"set grpo.logprob_chunk=0"):
+        dataclasses.replace(BASE, entropy_reg="logit_reg", logprob_chunk=4)
+    with pytest.raises(ValueError, match="'logit_reg' needs the full logits"):
+        regularizer_from_entropies("logit_reg", None, None, None, coef=0.0, quantile=0.8,
+                                   anchor=0.0)
