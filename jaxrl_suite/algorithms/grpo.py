@@ -80,11 +80,12 @@ from jaxrl_suite.losses.siren import (
     top_p_entropy,
 )
 from jaxrl_suite.models import CausalLM
-from jaxrl_suite.models.lm import output_projection
+from jaxrl_suite.models.lm import LMConfig, output_projection
 from jaxrl_suite.models.lora import trainable_of
 from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
 from jaxrl_suite.rewards import extract_answer
-from jaxrl_suite.sampling import GenerateOutput, KVCacheSampler, Sampler
+from jaxrl_suite.sampling import ContinuousSampler, GenerateOutput, KVCacheSampler, Sampler
+from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +166,26 @@ class GRPOConfig:
     # min(exp(logp_train_old - logp_sampler), tis_cap) (losses.policy.tis_weight).
     tis: bool = False
     tis_cap: float = 2.0
+    # Rollout engine (issue 18), a drop-in `Sampler` with the same per-sequence keys:
+    #   "static"       KVCacheSampler: every row of the rollout decoded at once;
+    #   "continuous"   ContinuousSampler: `slots` KV-cache rows; refill "continuous" (a finished
+    #                  row's slot takes the next queued row at once) or "rounds" (micro sampling
+    #                  groups); rows queued by `schedule`: "fifo" | "sjf" | "lpt" on predicted
+    #                  lengths (sampling/schedule.py);
+    #   "speculative"  SpeculativeSampler: a drafter LM (drafter_layers x drafter_d_model)
+    #                  proposes draft_k tokens (None: tuned online), the policy verifies them;
+    #                  the drafter is distilled from the policy on each rollout (drafter_steps
+    #                  KD steps at drafter_lr, 0 = frozen; reward-weighted with drafter_reward_tau).
+    sampler: str = "static"
+    slots: int = 0
+    refill: str = "continuous"
+    schedule: str = "sjf"
+    draft_k: int | None = None
+    drafter_layers: int = 1
+    drafter_d_model: int = 64
+    drafter_lr: float = 1e-3
+    drafter_steps: int = 1
+    drafter_reward_tau: float | None = None
 
     def __post_init__(self):
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
@@ -194,6 +215,49 @@ class GRPOConfig:
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO compares completions within a "
                              f"group), got {self.group_size}")
+        self._check_sampler()
+
+    def _check_sampler(self) -> None:
+        """One-line errors for the rollout engine's options (`sampler` and the fields that only
+        one engine takes)."""
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"grpo.sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for engine, names in _ENGINE_FIELDS.items():
+            for name in names:
+                if self.sampler != engine and getattr(self, name) != defaults[name]:
+                    raise ValueError(f"grpo.{name} applies to grpo.sampler={engine!r} only "
+                                     f"(grpo.sampler is {self.sampler!r})")
+        if self.sampler == "continuous":
+            if self.slots <= 0:
+                raise ValueError(f"grpo.sampler='continuous' needs grpo.slots > 0 (KV-cache "
+                                 f"rows), got {self.slots}")
+            if self.rollout_micro_batch:
+                raise ValueError("grpo.rollout_micro_batch does not apply to "
+                                 "grpo.sampler='continuous': its grpo.slots bound the rows")
+        if self.refill not in REFILLS:
+            raise ValueError(f"grpo.refill must be one of {list(REFILLS)}, got {self.refill!r}")
+        if self.schedule not in ORDERS:
+            raise ValueError(f"grpo.schedule must be one of {list(ORDERS)}, got "
+                             f"{self.schedule!r}")
+        if self.draft_k is not None and self.draft_k not in DRAFT_KS:
+            raise ValueError(f"grpo.draft_k must be null (adaptive) or one of {list(DRAFT_KS)}, "
+                             f"got {self.draft_k}")
+        if self.drafter_steps < 0:
+            raise ValueError(f"grpo.drafter_steps must be >= 0, got {self.drafter_steps}")
+        if self.drafter_reward_tau is not None and self.drafter_reward_tau <= 0:
+            raise ValueError(f"grpo.drafter_reward_tau must be positive or null, got "
+                             f"{self.drafter_reward_tau}")
+
+
+SAMPLERS = ("static", "continuous", "speculative")  # grpo.sampler
+DRAFT_KS = (0, 1, 2, 4, 8)  # the draft lengths the speculative sampler chooses among
+# The GRPOConfig fields that only one rollout engine takes.
+_ENGINE_FIELDS = {
+    "continuous": ("slots", "refill", "schedule"),
+    "speculative": ("draft_k", "drafter_layers", "drafter_d_model", "drafter_lr",
+                    "drafter_steps", "drafter_reward_tau"),
+}
 
 
 def _check_positive(config, *names: str) -> None:
@@ -223,6 +287,38 @@ def _check_divides(config, section: str, rows: int, *names: str, shards: int = 1
 def _micro_batches(rows: int, micro: int) -> int:
     """Gradient micro-batches of a batch of `rows` rows at `micro` rows each (0 = one)."""
     return rows // micro if micro else 1
+
+
+def drafter_config(model_config: LMConfig, c: GRPOConfig) -> LMConfig:
+    """The speculative sampler's drafter: the policy's tokenizer and options, with
+    grpo.drafter_layers blocks of width grpo.drafter_d_model (heads of 32, d_ff = 4 x width)."""
+    heads = max(1, c.drafter_d_model // 32)
+    return dataclasses.replace(
+        model_config, n_layers=c.drafter_layers, d_model=c.drafter_d_model, n_heads=heads,
+        n_kv_heads=heads, head_dim=None, d_ff=4 * c.drafter_d_model, scan_layers=False)
+
+
+def make_rollout_sampler(model: CausalLM, c: GRPOConfig, tokenizer: Tokenizer, *,
+                         drafter_params=None, rng: jax.Array | None = None) -> Sampler:
+    """The rollout `Sampler` that grpo.sampler names, with the config's options (see
+    `GRPOConfig`). For "speculative", `drafter_params` start the drafter (default: a random
+    drafter from `rng`, which the per-rollout distillation then trains)."""
+    ids = dict(max_new_tokens=c.max_new_tokens, eos_id=tokenizer.eos_id,
+               pad_id=tokenizer.pad_id, temperature=c.temperature, top_k=c.top_k, top_p=c.top_p)
+    if c.sampler == "continuous":
+        return ContinuousSampler(model, slots=c.slots, refill=c.refill, order=c.schedule, **ids)
+    if c.sampler == "speculative":
+        from jaxrl_suite.sampling.speculative import SpeculativeSampler
+
+        drafter = CausalLM(drafter_config(model.config, c))
+        if drafter_params is None:
+            rng = jax.random.key(0) if rng is None else rng
+            drafter_params = drafter.init(rng, jnp.zeros((1, 4), jnp.int32))
+        return SpeculativeSampler(
+            model, drafter, drafter_params, draft_k="auto" if c.draft_k is None else c.draft_k,
+            k_choices=DRAFT_KS, distill_lr=c.drafter_lr, distill_steps=c.drafter_steps,
+            reward_tau=c.drafter_reward_tau, **ids)
+    return KVCacheSampler(model, **ids)
 
 
 class SeqBatch(NamedTuple):
@@ -504,10 +600,10 @@ class GRPOTrainer(LMTrainer):
         # The rollout's model: the same params, computed in grpo.sampler_dtype when it is set.
         self.sampler_model = model if c.sampler_dtype in (None, model.config.dtype) else CausalLM(
             dataclasses.replace(model.config, dtype=c.sampler_dtype))
-        self.sampler = sampler or KVCacheSampler(
-            self.sampler_model, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-            top_k=c.top_k, top_p=c.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-        )
+        self.sampler = sampler or make_rollout_sampler(self.sampler_model, c, tokenizer)
+        if c.sampler == "continuous" and c.slots % batch_shards(mesh):
+            raise ValueError(f"grpo.slots={c.slots} is not a multiple of the "
+                             f"{batch_shards(mesh)} batch shards of the mesh (data x fsdp)")
         siren = c.entropy_reg == "siren"
 
         def logp_fn(params, seq: SeqBatch):
@@ -655,13 +751,16 @@ class GRPOTrainer(LMTrainer):
         """
         c = self.config
         g = c.group_size if group_size is None else group_size
-        local = examples[process_rows(len(examples))]
+        rows = process_rows(len(examples))
+        local = examples[rows]
         group = [e for e in local for _ in range(g)]  # prompt i -> rows [iG, (i+1)G)
         encoded = self.encode_prompts(group)  # host arrays [rows, P]: this process's rows
         prompt, prompt_mask = shard_batch(encoded, self.mesh)
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        out = self._sample(state.params, encoded, prompt, prompt_mask, key)
+        # global row = prompt index * G + sample index: the sequence's id for its keys
+        out = self._sample(state.params, encoded, prompt, prompt_mask, key,
+                           first_row=(rows.start or 0) * g)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
@@ -675,23 +774,28 @@ class GRPOTrainer(LMTrainer):
                 "tokens": int(per_row[:, 2].sum())}
         return seq, out.logprobs, rewards, info
 
-    def _sample(self, params, encoded, prompt, prompt_mask, key) -> GenerateOutput:
+    def _sample(self, params, encoded, prompt, prompt_mask, key, first_row: int = 0
+                ) -> GenerateOutput:
         """The sampler's completions of this process's prompt rows (`encoded`: their host
         arrays; prompt, prompt_mask: the same placed on the mesh), grpo.rollout_micro_batch
-        global rows per call (chunk i with the key folded with i; one compiled program),
-        reassembled and placed like the prompts."""
+        global rows per call (one compiled program), reassembled and placed like the prompts.
+        Row i of the rollout is sequence first_row + i (first_row: this process's first global
+        row), so its key, and its completion, do not depend on the chunking."""
         micro = self.config.rollout_micro_batch
         chunk = micro // jax.process_count()
         rows = len(encoded[0])
+        ids = np.arange(first_row, first_row + rows, dtype=np.int32)
         if not micro or chunk >= rows:
-            return self.sampler(params, prompt, prompt_mask, key)
+            return self.sampler(params, prompt, prompt_mask, key,
+                                seq_ids=shard_batch(ids, self.mesh))
         if rows % chunk:
             raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
                              f"{rows * jax.process_count()} rows of a rollout")
         outs = []
-        for i, start in enumerate(range(0, rows, chunk)):
-            p, pm = shard_batch(tuple(x[start : start + chunk] for x in encoded), self.mesh)
-            out = self.sampler(params, p, pm, jax.random.fold_in(key, i))
+        for start in range(0, rows, chunk):
+            p, pm, i = shard_batch(tuple(x[start : start + chunk] for x in (*encoded, ids)),
+                                   self.mesh)
+            out = self.sampler(params, p, pm, key, seq_ids=i)
             outs.append([host_local(x) for x in out])
         return GenerateOutput(*shard_batch(
             tuple(np.concatenate(x) for x in zip(*outs, strict=True)), self.mesh))
@@ -711,7 +815,23 @@ class GRPOTrainer(LMTrainer):
         t0 = time.perf_counter()
         seq, old_logp, rewards, info = self.rollout(state, examples)
         info = dict(info, gen_time=time.perf_counter() - t0)
-        return self.update(state, seq, old_logp, rewards, info, t0=t0)
+        state, metrics = self.update(state, seq, old_logp, rewards, info, t0=t0)
+        return state, {**metrics, **self.sampler_metrics(state, seq, rewards)}
+
+    def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray) -> dict:
+        """The rollout engine's numbers for the metrics log ("rollout_" + its `last_stats`:
+        decode steps, acceptance rate, draft length, ...); a learning sampler (the speculative
+        sampler's drafter) first learns from this rollout and the updated policy
+        (`learn(params, seq, rewards)`, its metrics prefixed "drafter_")."""
+        out = {}
+        if hasattr(self.sampler, "learn"):
+            learned = self.sampler.learn(state.params, seq, rewards)
+            out.update({k if k.startswith("drafter_") else f"drafter_{k}": float(v)
+                        for k, v in learned.items()})
+        stats = getattr(self.sampler, "last_stats", {})
+        out.update({f"rollout_{k}": float(v) for k, v in stats.items()
+                    if isinstance(v, int | float | np.number)})
+        return out
 
     def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,

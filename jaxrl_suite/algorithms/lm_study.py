@@ -36,7 +36,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+from jaxrl_suite.algorithms.grpo import (
+    GRPOConfig,
+    GRPOTrainer,
+    SeqBatch,
+    SFTConfig,
+    SFTTrainer,
+    drafter_config,
+    make_rollout_sampler,
+)
 from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError
@@ -57,7 +65,7 @@ from jaxrl_suite.sampling import KVCacheSampler
 # that the task does not take is left out (a YAML written for one task runs another with
 # --set task.name=...); a data option it does not take is a one-line error.
 _GENERATOR_OPTIONS = ("digits", "num_numbers", "max_number", "max_target", "graded", "num_items",
-                      "max_value")
+                      "max_value", "max_count", "max_start")
 _DATA_OPTIONS = ("data_dir", "path", "test_path")
 
 
@@ -73,6 +81,8 @@ class TaskConfig:
     graded: bool | None = None  # countdown: partial credit for a valid expression that misses
     num_items: int | None = None  # sort: numbers per list
     max_value: int | None = None  # sort: numbers lie in 0..max_value
+    max_count: int | None = None  # count: answers hold 1..max_count numbers
+    max_start: int | None = None  # count: counts start in 10..10+max_start-1
     data_dir: str | None = None  # TFDS tasks (gsm8k, ag_news, imdb, trivia_qa, nq_open): data dir
     path: str | None = None  # jsonl: the local file of {"prompt": ..., "answer": ...} lines
     test_path: str | None = None  # jsonl: a held-out file (default: a hash split of `path`)
@@ -275,15 +285,40 @@ class LMStudy(Study):
                           mesh=self.lm.mesh, prompt_len=c.task.prompt_len,
                           max_new_tokens=c.grpo.max_new_tokens, **self._eval_samplers())
 
-    def grpo_trainer(self, config: GRPOConfig, ref_params, task: Task | None = None
-                     ) -> GRPOTrainer:
+    def grpo_trainer(self, config: GRPOConfig, ref_params, task: Task | None = None, *,
+                     drafter_params=None) -> GRPOTrainer:
+        """A GRPO trainer on the study's model. Its rollout engine is `grpo.sampler`: the study's
+        shared static sampler, or a continuous / speculative one of its own (the speculative
+        drafter starting from `drafter_params`, e.g. `warm_drafter`'s)."""
         if config.max_new_tokens != self.cfg.grpo.max_new_tokens:
             raise ValueError("every GRPO variant of a study shares grpo.max_new_tokens")
-        rollout = self.sampler(top_k=config.top_k, temperature=config.temperature,
-                               top_p=config.top_p)
+        if config.sampler == "static":
+            rollout = self.sampler(top_k=config.top_k, temperature=config.temperature,
+                                   top_p=config.top_p)
+        else:
+            rollout = make_rollout_sampler(self.lm.model, config, self.lm.tokenizer,
+                                           drafter_params=drafter_params)
         return GRPOTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, config,
                            mesh=self.lm.mesh, prompt_len=self.cfg.task.prompt_len,
                            ref_params=ref_params, sampler=rollout, **self._eval_samplers())
+
+    def warm_drafter(self, config: GRPOConfig, params, *, steps: int, seed: int = 0,
+                     batch_size: int = 64):
+        """Drafter params for a speculative rollout engine: a fresh `drafter_config` model
+        distilled (`SpeculativeSampler.distill`, forward KL to `params`) for `steps` steps on
+        batches of the task's solutions, the SFT data. Deterministic in `seed`."""
+        drafter_cfg = drafter_config(self.lm.model.config, config)
+        init = CausalLM(drafter_cfg).init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
+        sampler = make_rollout_sampler(self.lm.model, config, self.lm.tokenizer,
+                                       drafter_params=init)
+        sft = self.sft_trainer()
+        for i in range(steps):
+            examples = self.lm.task.examples("train", i * batch_size, batch_size)
+            prompt, prompt_mask = sft.encode_prompts(examples)
+            completion, completion_mask = sft.encode_solutions(examples)
+            sampler.distill(params, SeqBatch(prompt, prompt_mask, completion, completion_mask),
+                            steps=1)
+        return sampler.drafter_params
 
     # ---- resumable stages ----
     def fit(self, trainer, init, *, stage: str, num_steps: int, checkpoint_dir: Path,

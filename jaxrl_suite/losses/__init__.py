@@ -18,6 +18,7 @@ from jaxrl_suite.losses.chunked import (
     project_logits,
 )
 from jaxrl_suite.losses.common import masked_mean, token_entropy, token_logprobs
+from jaxrl_suite.losses.distill import kd_loss, reward_weights
 from jaxrl_suite.losses.grpo import (
     POLICY_LOSSES,
     cispo_loss,
@@ -46,12 +47,14 @@ __all__ = [
     "gspo_loss",
     "importance_ratio",
     "k3_kl",
+    "kd_loss",
     "logprobs_and_entropy",
     "masked_mean",
     "ppo_surrogate",
     "project_logits",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
+    "reward_weights",
     "rloo_advantages",
     "token_entropy",
     "token_logprobs",

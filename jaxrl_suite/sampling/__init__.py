@@ -1,6 +1,8 @@
 """Generation and search: the `Sampler` protocol and its implementations."""
 
 from jaxrl_suite.sampling.base import GenerateOutput, Sampler
+from jaxrl_suite.sampling.continuous import ContinuousSampler
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
+from jaxrl_suite.sampling.speculative import SpeculativeSampler
 
-__all__ = ["GenerateOutput", "KVCacheSampler", "Sampler"]
+__all__ = ["ContinuousSampler", "GenerateOutput", "KVCacheSampler", "Sampler", "SpeculativeSampler"]

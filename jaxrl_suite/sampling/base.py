@@ -2,6 +2,7 @@
 
     out = sampler(params, prompt, prompt_mask, rng)                      -> GenerateOutput
     out = sampler(params, prompt, prompt_mask, rng, temperature=0.7, top_p=0.9)
+    out = sampler(params, prompt, prompt_mask, rng, seq_ids=ids)           # ids [B] int32
 
 prompt [B, P] int32 is left-padded, prompt_mask [B, P] is True on its real tokens, and the
 result holds N = max_new_tokens completion tokens per row. The log-prob contract is what
@@ -11,15 +12,23 @@ so it equals a later full-forward recompute at the same temperature (GRPO uses i
 log-prob of its ratio). Off the mask (after a row's first EOS) tokens are the pad id and
 log-probs are 0.
 
+Randomness is per sequence: completion token j of the sequence numbered s (`seq_ids[b]`, default
+b) is drawn with a key derived from (rng, s, j) alone (`kv_cache.token_keys`), never from the row,
+slot or step that computes it. A trainer numbers a rollout's rows prompt_index * G +
+sample_index, so every exact sampler (static, micro-groups, continuous batching) gives the same
+completions for the same key, whatever its schedule.
+
 temperature and top_p are optional keyword overrides of the sampler's own settings (None =
 keep them). They are traced values: a new temperature or nucleus mass reuses the compiled
 program. What shapes the program is fixed when a sampler is built (max_new_tokens; for
 `KVCacheSampler` also top_k and greedy decoding), and it compiles once per input shape.
 
-`KVCacheSampler` (sampling/kv_cache.py) is the default implementation. Continuous batching
-(refilling finished rows), speculative decoding (a drafter plus a verifying pass) and
-diffusion decoding, added by later issues, implement this same protocol, so a trainer never
-knows which engine produced its rollouts.
+`KVCacheSampler` (sampling/kv_cache.py) is the default implementation. `ContinuousSampler`
+(sampling/continuous.py: micro sampling groups, continuous batching with length-aware
+scheduling) and `SpeculativeSampler` (sampling/speculative.py: a drafter LM proposes, the policy
+verifies) implement this same protocol, so a trainer never knows which engine produced its
+rollouts. A sampler that learns from the rollouts (the speculative sampler's drafter) also has
+`learn(params, seq, rewards) -> metrics`, which `GRPOTrainer` calls after each rollout.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ class Sampler(Protocol):
 
     params: the policy's parameters; prompt [B, P] int32, left-padded; prompt_mask [B, P] bool;
     rng: a PRNG key (ignored by greedy samplers); temperature, top_p: traced overrides of the
-    sampler's settings (None = its own). Returns a `GenerateOutput` of [B, N] tokens, log-probs
+    sampler's settings (None = its own); seq_ids: [B] int32 sequence numbers for the per-sequence
+    keys (None = arange(B)). Returns a `GenerateOutput` of [B, N] tokens, log-probs
     (the unfiltered sampling distribution, see the module docstring) and mask, and [B] lengths.
     """
 
@@ -56,7 +66,19 @@ class Sampler(Protocol):
         *,
         temperature: float | jax.Array | None = None,
         top_p: float | jax.Array | None = None,
+        seq_ids: jax.Array | None = None,
     ) -> GenerateOutput: ...
 
 
-__all__ = ["GenerateOutput", "Sampler"]
+def compiled_memory(fn, *args) -> dict:
+    """The compiler's memory estimate of `jax.jit(fn)(*args)` (compiled, not run), in bytes:
+    argument, output, temp, alias and peak = argument + output + temp - alias. The samplers'
+    `compiled_memory(params, prompt, prompt_mask)` report their decoding program's with it."""
+    m = jax.jit(fn).lower(*args).compile().memory_analysis()
+    out = {k: int(getattr(m, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp",
+                                                              "alias")}
+    out["peak"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+__all__ = ["GenerateOutput", "Sampler", "compiled_memory"]

@@ -3,7 +3,11 @@
 The prompt [B, P] (left-padded) is prefilled in one call into a cache of S = P + N slots (in the
 model's layout, `init_cache`: per-layer arrays, or one [L, ...] stack for scanned layers), then
 tokens are decoded one at a time in a `lax.while_loop` that stops as soon as every row has
-emitted EOS. Per step n the key is fold_in(rng, n); the token is drawn from
+emitted EOS. Randomness is per sequence (`token_keys`): completion token j of the sequence with id
+s (`seq_ids`, default the row index) is drawn with the key fold_in(fold_in(rng, s), j), whatever
+the row, batch or decode step it is computed in, so every sampler of the suite (micro-groups,
+continuous batching, `sampling/continuous.py`) draws the same completions from the same key. The
+token is drawn from
 softmax(filter(logits / temperature)) with optional top-k and nucleus (top-p, arXiv:1904.09751)
 filters, and its log-probability is reported under the UNFILTERED log_softmax(logits /
 temperature), so it equals a later full-forward recompute at the same temperature.
@@ -23,7 +27,7 @@ from jax import lax
 
 from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.models.lm import CausalLM, init_cache
-from jaxrl_suite.sampling.base import GenerateOutput
+from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
 
 
 def _filter_logits(scaled: jax.Array, top_k: int, top_p: jax.Array | float) -> jax.Array:
@@ -67,18 +71,49 @@ def _argmax(x: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(x == top, index, x.shape[-1]), axis=-1)
 
 
-def _sample(logits, key, temperature, top_p, *, top_k: int, greedy: bool):
-    """Pick tokens from logits [B, V]; returns (tokens [B] int32, unfiltered logprobs [B])."""
+def sequence_keys(rng: jax.Array, seq_ids: jax.Array) -> jax.Array:
+    """One key per sequence, [B]: fold_in(rng, seq_ids[b]). A trainer numbers the rows of a
+    rollout prompt_index * G + sample_index, so a sequence's key depends on (rollout key, prompt
+    index, sample index) only, never on the slot or batch that decodes it."""
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, seq_ids.astype(jnp.int32))
+
+
+def token_keys(seq_keys: jax.Array, positions: jax.Array) -> jax.Array:
+    """The keys of completion tokens, [B]: fold_in(seq_keys[b], positions[b]) (position j =
+    the j-th completion token of that sequence, 0-based)."""
+    return jax.vmap(jax.random.fold_in)(seq_keys, positions.astype(jnp.int32))
+
+
+def gumbel_rows(keys: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
+    """Gumbel noise [B, *shape], row b drawn with keys[b] (what `jax.random.categorical(keys[b],
+    logits[b])` adds to row b)."""
+    return jax.vmap(lambda k: jax.random.gumbel(k, shape, dtype))(keys)
+
+
+def _sample(logits, keys, temperature, top_p, *, top_k: int, greedy: bool):
+    """Pick tokens from logits [B, V] with one key per row (keys [B]); returns (tokens [B] int32,
+    unfiltered logprobs [B])."""
     # logits * (1/T), the form XLA gives `logits / T` for a constant T: same bits as before.
     scaled = logits * (1.0 / temperature)
     if greedy:
         tok = _argmax(logits)
     else:
-        # Gumbel-max: the same draw as jax.random.categorical(key, filtered), with a faster argmax.
+        # Gumbel-max: row b is the draw of jax.random.categorical(keys[b], filtered[b]), with a
+        # faster argmax.
         filtered = _filter_logits(scaled, top_k, top_p)
-        tok = _argmax(filtered + jax.random.gumbel(key, filtered.shape, filtered.dtype))
+        tok = _argmax(filtered + gumbel_rows(keys, filtered.shape[-1:], filtered.dtype))
     logp = jax.nn.log_softmax(scaled, axis=-1)
     return tok, jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+
+
+def default_seq_ids(prompt: jax.Array, seq_ids) -> jax.Array:
+    """seq_ids as an int32 array [B] (None = arange(B)); a wrong shape is a one-line error."""
+    b = prompt.shape[0]
+    if seq_ids is None:
+        return np.arange(b, dtype=np.int32)
+    if tuple(np.shape(seq_ids)) != (b,):
+        raise ValueError(f"seq_ids must have shape (B,) = ({b},), got {tuple(np.shape(seq_ids))}")
+    return seq_ids
 
 
 def _check_sizes(max_new_tokens: int, top_k: int) -> None:
@@ -103,7 +138,8 @@ def _f32(x):
     return x.astype(jnp.float32) if isinstance(x, jax.core.Tracer) else np.float32(x)
 
 
-def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, temperature, top_p, *,
+def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids, temperature,
+              top_p, *,
               max_new_tokens: int, top_k: int, eos_id: int, pad_id: int,
               greedy: bool) -> GenerateOutput:
     """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32)."""
@@ -122,8 +158,10 @@ def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, temperat
     next_pos = jnp.sum(prompt_mask, axis=1, dtype=jnp.int32)  # [B] position of completion 0
     cache = init_cache(cfg, b, p + n, cfg.compute_dtype)
     logits, cache = model.apply(params, prompt_tokens, positions, key_mask, cache, 0)
+    seq_keys = sequence_keys(rng, seq_ids)
+    at = lambda j: token_keys(seq_keys, jnp.full((b,), j, jnp.int32))  # keys of token j
 
-    tok, logp = sample(logits[:, -1], jax.random.fold_in(rng, 0))
+    tok, logp = sample(logits[:, -1], at(0))
     done = tok == eos_id
     tokens = jnp.full((b, n), pad_id, jnp.int32).at[:, 0].set(tok)
     logprobs = jnp.zeros((b, n), jnp.float32).at[:, 0].set(logp)
@@ -139,7 +177,7 @@ def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, temperat
         logits, cache = model.apply(
             params, tok[:, None], (next_pos + step - 1)[:, None], key_mask, cache, p + step - 1
         )
-        new, logp = sample(logits[:, 0], jax.random.fold_in(rng, step))
+        new, logp = sample(logits[:, 0], at(step))
         new = jnp.where(done, pad_id, new)
         alive = ~done
         tokens = lax.dynamic_update_slice(tokens, new[:, None], (0, step))
@@ -179,24 +217,34 @@ class KVCacheSampler:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
         self._settings = (_f32(self.temperature), _f32(self.top_p))  # converted once, not per call
-        self._generate = jit_on_mesh(functools.partial(
+        self._body = functools.partial(
             _generate, model, max_new_tokens=max_new_tokens, top_k=top_k, eos_id=eos_id,
             pad_id=pad_id, greedy=greedy,
-        ))
+        )
+        self._generate = jit_on_mesh(self._body)
 
     def __call__(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
                  temperature: float | jax.Array | None = None,
-                 top_p: float | jax.Array | None = None) -> GenerateOutput:
+                 top_p: float | jax.Array | None = None,
+                 seq_ids: jax.Array | None = None) -> GenerateOutput:
         """Sample N = max_new_tokens tokens for left-padded prompts [B, P] (see `Sampler`).
 
         prompt_mask [B, P] is 1/True on real tokens; RoPE positions are cumsum(mask) - 1 per
-        row. Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
+        row. seq_ids [B] int32 number the sequences for their keys (default arange(B)).
+        Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
         """
         _check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
         return self._generate(params, prompt, prompt_mask, rng,
+                              default_seq_ids(prompt, seq_ids),
                               self._settings[0] if temperature is None else _f32(temperature),
                               self._settings[1] if top_p is None else _f32(top_p))
+
+    def compiled_memory(self, params, prompt, prompt_mask) -> dict:
+        """The compiler's memory estimate (bytes, `base.compiled_memory`) of decoding these
+        prompts: one program over every row, its KV cache [B, ..., P + N]."""
+        return compiled_memory(self._body, params, prompt, prompt_mask, jax.random.key(0),
+                               default_seq_ids(prompt, None), *self._settings)
 
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={getattr(self, k)!r}" for k in (
@@ -204,4 +252,4 @@ class KVCacheSampler:
         return f"KVCacheSampler({options})"
 
 
-__all__ = ["KVCacheSampler"]
+__all__ = ["KVCacheSampler", "gumbel_rows", "sequence_keys", "token_keys"]

@@ -143,3 +143,19 @@ def test_a_regulariser_that_needs_the_logits_cannot_be_chunked(monkeypatch):
     with pytest.raises(ValueError, match="'logit_reg' needs the full logits"):
         regularizer_from_entropies("logit_reg", None, None, None, coef=0.0, quantile=0.8,
                                    anchor=0.0)
+
+
+@pytest.mark.parametrize("changes", [dict(rollout_micro_batch=4),
+                                     dict(sampler="continuous", slots=4, schedule="lpt")])
+def test_rollout_chunks_and_engines_draw_the_same_completions(setup, plain, changes):
+    # Each row's key is derived from its (prompt, sample) index: sampling the rollout in chunks
+    # of 4 rows, or in 4 continuously refilled slots, gives the plain rollout's completions.
+    trainer, state, (seq, old_logp, _, _), _ = plain
+    other, _ = make(setup, **changes)
+    got_seq, got_logp, _, _ = other.rollout(state, other.batch(0))
+    np.testing.assert_array_equal(got_seq.completion, seq.completion)
+    np.testing.assert_array_equal(got_seq.completion_mask, seq.completion_mask)
+    np.testing.assert_allclose(got_logp, old_logp, atol=1e-5)
+    stats = other.sampler_metrics(state, got_seq, np.zeros((4, 4), np.float32))
+    if "slots" in changes:
+        assert stats["rollout_slots"] == 4 and stats["rollout_decode_steps"] >= 5

@@ -13,7 +13,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.parametrize(
     "name, unit",
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
-     ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates")],
+     ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
+     ("bench_rollout", "identical")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
@@ -23,6 +24,8 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     assert figures, name
     printed = capsys.readouterr().out
     assert unit in printed  # the throughput figures are printed
+    if name == "bench_rollout":  # every engine reproduced the static sampler's completions
+        assert [r["identical"] for r in figures["engines"]] == [True] * 6
 
 
 def test_bench_scale_smoke(tmp_path):

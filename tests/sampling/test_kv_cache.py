@@ -82,7 +82,8 @@ def _np_filter(scaled, top_k, top_p):
 def _reference_sample(params, prompt, prompt_mask, rng, *, temperature, top_k, top_p, eos_id,
                       pad_id=0):
     """Straightforward decoding: a full forward over the whole prefix at every step, the numpy
-    filter, token n drawn by jax.random.categorical with key fold_in(rng, n), EOS then pad."""
+    filter, token n of row b drawn by jax.random.categorical with key fold_in(fold_in(rng, b), n)
+    (the per-sequence key scheme), EOS then pad."""
     b = prompt.shape[0]
     buf = jnp.concatenate([prompt, jnp.zeros((b, N), jnp.int32)], axis=1)  # [B, P+N]
     filled = jnp.concatenate([prompt_mask, jnp.zeros((b, N), bool)], axis=1)
@@ -92,7 +93,8 @@ def _reference_sample(params, prompt, prompt_mask, rng, *, temperature, top_k, t
     for i in range(N):
         scaled = np.asarray(_full_logits(params, buf, filled)[:, P + i - 1]) / temperature
         filtered = np.stack([_np_filter(row, top_k, top_p) for row in scaled])
-        tok = np.asarray(jax.random.categorical(jax.random.fold_in(rng, i), filtered, axis=-1))
+        tok = np.array([jax.random.categorical(
+            jax.random.fold_in(jax.random.fold_in(rng, r), i), filtered[r]) for r in range(b)])
         logp = np.asarray(jax.nn.log_softmax(scaled, axis=-1))[np.arange(b), tok]
         tokens[:, i] = np.where(done, pad_id, tok)
         logprobs[:, i] = np.where(done, 0.0, logp)
@@ -257,10 +259,12 @@ def test_top_k_samples_stay_in_top_k_with_right_frequencies():
 def test_sample_draw_equals_jax_random_categorical():
     @jax.jit
     def both(logits, key, temperature, top_p):
-        tok, logp = kv._sample(logits, key, temperature, top_p, top_k=7, greedy=False)
+        keys = jax.random.split(key, logits.shape[0])
+        tok, logp = kv._sample(logits, keys, temperature, top_p, top_k=7, greedy=False)
         filtered = kv._filter_logits(logits / temperature, 7, top_p)
         expected = jnp.take_along_axis(jax.nn.log_softmax(logits / temperature), tok[:, None], -1)
-        return tok, jax.random.categorical(key, filtered, axis=-1), logp, expected[:, 0]
+        ref = jax.vmap(jax.random.categorical)(keys, filtered)  # row b drawn with keys[b]
+        return tok, ref, logp, expected[:, 0]
 
     logits = jnp.asarray(np.random.default_rng(0).normal(size=(64, 48)) * 3.0, jnp.float32)
     tok, ref_tok, logp, ref_logp = both(logits, jax.random.key(2), 0.8, 0.8)
@@ -324,3 +328,21 @@ def test_too_long_for_max_len_raises():
     sampler = KVCacheSampler(MODEL, max_new_tokens=40, eos_id=1, pad_id=0)
     with pytest.raises(ValueError, match="max_len"):
         sampler(_params(), prompt, prompt_mask, jax.random.key(0))
+
+
+def test_keys_are_per_sequence_not_per_row():
+    """A sequence's draws depend on (rng, seq_id) alone: a permuted batch with the same seq_ids,
+    and a sub-batch, give the same completions row for row."""
+    params, rng = _params(), jax.random.key(11)
+    prompt, prompt_mask = _prompts(lengths=(6, 4, 1, 5, 2, 6, 3, 5))
+    full = SAMPLED(params, prompt, prompt_mask, rng)
+    perm = np.array([5, 2, 7, 0, 1, 6, 4, 3])
+    shuffled = SAMPLED(params, prompt[perm], prompt_mask[perm], rng, seq_ids=perm)
+    np.testing.assert_array_equal(shuffled.tokens, np.asarray(full.tokens)[perm])
+    np.testing.assert_allclose(shuffled.logprobs, np.asarray(full.logprobs)[perm], atol=1e-5)
+    half = SAMPLED(params, prompt[4:], prompt_mask[4:], rng, seq_ids=np.arange(4, 8))
+    np.testing.assert_array_equal(half.tokens, np.asarray(full.tokens)[4:])
+    other = SAMPLED(params, prompt, prompt_mask, rng, seq_ids=np.arange(8) + 100)
+    assert not np.array_equal(other.tokens, full.tokens)  # the ids really key the draws
+    with pytest.raises(ValueError, match=r"seq_ids must have shape \(B,\) = \(8,\)"):
+        SAMPLED(params, prompt, prompt_mask, rng, seq_ids=np.arange(3))

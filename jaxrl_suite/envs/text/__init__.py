@@ -1,4 +1,4 @@
-"""Verifiable text tasks (arithmetic, countdown, sort; dataset-backed: gsm8k, ag_news, imdb,
+"""Verifiable text tasks (arithmetic, countdown, sort, count; dataset-backed: gsm8k, ag_news, imdb,
 trivia_qa, nq_open from TFDS and jsonl from a local file), the self-iteration prompt format and the
 tokenizer wrapper used by LM RL."""
 
@@ -13,6 +13,7 @@ from jaxrl_suite.envs.text.base import (
     format_reward,
     make_task,
 )
+from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
@@ -41,6 +42,7 @@ __all__ = [
     "AgNewsTask",
     "ArithmeticTask",
     "ClassificationTask",
+    "CountTask",
     "CountdownMeta",
     "CountdownTask",
     "DatasetTask",
