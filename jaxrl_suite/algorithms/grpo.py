@@ -825,9 +825,10 @@ class GRPOTrainer(LMTrainer):
         (`learn(params, seq, rewards)`, its metrics prefixed "drafter_")."""
         out = {}
         if hasattr(self.sampler, "learn"):
+            t0 = time.perf_counter()
             learned = self.sampler.learn(state.params, seq, rewards)
             out.update({k if k.startswith("drafter_") else f"drafter_{k}": float(v)
-                        for k, v in learned.items()})
+                        for k, v in learned.items()}, drafter_time=time.perf_counter() - t0)
         stats = getattr(self.sampler, "last_stats", {})
         out.update({f"rollout_{k}": float(v) for k, v in stats.items()
                     if isinstance(v, int | float | np.number)})

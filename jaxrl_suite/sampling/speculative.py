@@ -270,11 +270,9 @@ def _full_sequence(prompt, prompt_mask, completion, completion_mask):
     return tokens, key_mask, positions
 
 
-def _distill_step(model: CausalLM, drafter: CausalLM, optimizer, params, drafter_params,
-                  opt_state, prompt, prompt_mask, completion, completion_mask, weights,
-                  temperature):
-    """One optimizer step of `kd_loss(drafter, stop_grad(actor))` on the completion tokens;
-    returns (drafter_params, opt_state, metrics). The metrics are of the pre-step drafter."""
+def _kd_loss_fn(model: CausalLM, drafter: CausalLM, params, prompt, prompt_mask, completion,
+                completion_mask, weights, temperature):
+    """dp -> `kd_loss(drafter(dp), stop_grad(actor))` on the completion tokens."""
     tokens, key_mask, positions = _full_sequence(prompt, prompt_mask, completion,
                                                  completion_mask)
     start = prompt.shape[1] - 1  # the logits at column P-1+j predict completion token j
@@ -284,6 +282,22 @@ def _distill_step(model: CausalLM, drafter: CausalLM, optimizer, params, drafter
         student = drafter.apply(dp, tokens, positions, key_mask)[0][:, start:]
         return kd_loss(student, teacher, completion_mask, weights, temperature)
 
+    return loss_fn
+
+
+def _distill_metrics(model: CausalLM, drafter: CausalLM, params, drafter_params, *batch):
+    """The metrics of `_distill_step` without a step (a frozen drafter's KL and expected
+    acceptance on a rollout)."""
+    return _kd_loss_fn(model, drafter, params, *batch)(drafter_params)[1]
+
+
+def _distill_step(model: CausalLM, drafter: CausalLM, optimizer, params, drafter_params,
+                  opt_state, prompt, prompt_mask, completion, completion_mask, weights,
+                  temperature):
+    """One optimizer step of `kd_loss(drafter, stop_grad(actor))` on the completion tokens;
+    returns (drafter_params, opt_state, metrics). The metrics are of the pre-step drafter."""
+    loss_fn = _kd_loss_fn(model, drafter, params, prompt, prompt_mask, completion,
+                          completion_mask, weights, temperature)
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(drafter_params)
     updates, opt_state = optimizer.update(grads, opt_state, drafter_params)
     return optax.apply_updates(drafter_params, updates), opt_state, metrics
@@ -386,18 +400,27 @@ def _check_k_choices(k_choices) -> tuple[int, ...]:
 
 def measure_costs(model: CausalLM, params, *,
                   shapes: Sequence[tuple[int, int]] = ((1, 1), (16, 1), (16, 9)),
-                  cache_len: int = 64, repeats: int = 5) -> tuple[float, float]:
-    """Fit c(B, T) = overhead + per_token * B * T (seconds) to timings of `model`'s jitted
-    cached forward of T tokens for B rows (a per-row cache_index, as in speculative decoding),
-    at each (B, T) of `shapes` (at least two different B * T); median of `repeats` timed calls
-    after a warm-up (compile) call, least-squares line, clipped at 0. The timings include the
-    host dispatch of a call, which a fused decode loop partly avoids: a rough, consistent cost
-    model for `DraftLengthController`, not a benchmark."""
+                  cache_len: int = 64, repeats: int = 5, inner: int = 8) -> tuple[float, float]:
+    """Fit c(B, T) = overhead + per_token * B * T (seconds) to timings of `model`'s cached
+    forward of T tokens for B rows (a per-row cache_index, as in speculative decoding), at each
+    (B, T) of `shapes` (at least two different B * T): `inner` forwards run in one jitted
+    `lax.fori_loop`, as inside a decode loop, so the host dispatch of a call is amortised rather
+    than counted as the forward's overhead; median of `repeats` timed calls after a warm-up
+    (compile) call, divided by `inner`; least-squares line, clipped at 0. A rough, consistent
+    cost model for `DraftLengthController`, not a benchmark."""
     if len({b * t for b, t in shapes}) < 2:
         raise ValueError(f"shapes must hold at least two different B * T, got {shapes!r}")
     cache_len = min(cache_len, model.config.max_len)
-    forward = jax.jit(lambda params, tokens, cache, index: model.apply(
-        params, tokens, None, None, cache, index)[0])
+
+    @jax.jit
+    def forwards(params, tokens, cache, index):
+        def body(_, carry):
+            cache, total = carry
+            logits, cache = model.apply(params, tokens, None, None, cache, index)
+            return cache, total + logits[0, 0, 0]
+
+        return lax.fori_loop(0, inner, body, (cache, jnp.float32(0.0)))[1]
+
     sizes, seconds = [], []
     for b, t in shapes:
         if not 0 < t < cache_len:
@@ -405,12 +428,12 @@ def measure_costs(model: CausalLM, params, *,
         cache = init_cache(model.config, b, cache_len, model.config.compute_dtype)
         tokens = jnp.zeros((b, t), jnp.int32)
         index = jnp.full((b,), cache_len - t - 1, jnp.int32)
-        forward(params, tokens, cache, index).block_until_ready()  # compile
+        forwards(params, tokens, cache, index).block_until_ready()  # compile
         times = []
         for _ in range(max(repeats, 1)):
             start = time.perf_counter()
-            forward(params, tokens, cache, index).block_until_ready()
-            times.append(time.perf_counter() - start)
+            forwards(params, tokens, cache, index).block_until_ready()
+            times.append((time.perf_counter() - start) / inner)
         sizes.append(b * t)
         seconds.append(float(np.median(times)))
     per_token, overhead = np.polyfit(np.asarray(sizes, float), np.asarray(seconds), 1)
@@ -474,6 +497,7 @@ class SpeculativeSampler:
                                                 draft_cost=draft_cost)
         self._optimizer = optax.adam(distill_lr)
         self.opt_state = self._optimizer.init(drafter_params)
+        self._metrics = jit_on_mesh(functools.partial(_distill_metrics, model, drafter))
         self._step = jit_on_mesh(functools.partial(_distill_step, model, drafter,
                                                    self._optimizer))
         self._programs: dict[int, object] = {}
@@ -642,8 +666,15 @@ class SpeculativeSampler:
         last = self.last_stats or {}
         out = {"acceptance": float(last.get("acceptance", 0.0)),
                "draft_k": float(last.get("k", 0))}
-        if self.distill_steps == 0:
-            return out
+        if self.distill_steps == 0:  # a frozen drafter: measured on the rollout, not trained
+            self._place_drafter(params)
+            rows = seq.completion.shape[0]
+            metrics = {name: float(v) for name, v in self._metrics(
+                params, self.drafter_params, seq.prompt, seq.prompt_mask, seq.completion,
+                seq.completion_mask, np.ones((rows,), np.float32), self._settings[0]).items()}
+            self.controller.update(metrics["kd_acceptance"])
+            return {"drafter_kl": metrics["kd_kl"], "drafter_alpha": metrics["kd_acceptance"],
+                    **out}
         rows = seq.completion.shape[0]
         if self.reward_tau is None:
             weights = np.ones((rows,), np.float32)

@@ -287,6 +287,30 @@ def test_learn_distils_the_drafter_and_raises_acceptance():
         SPEC.drafter_params, SPEC.opt_state, SPEC.reward_tau = saved
 
 
+def test_a_frozen_drafter_is_measured_not_trained_and_reset_restores_it():
+    params = _params()
+    saved = SPEC.drafter_params, SPEC.opt_state, SPEC.distill_steps, SPEC._initial_drafter
+    rng = np.random.default_rng(8)
+    mask = np.arange(P)[None, :] >= P - rng.integers(1, P + 1, size=(B_BIG, 1))
+    prompt = np.where(mask, rng.integers(2, V, size=(B_BIG, P)), 0).astype(np.int32)
+    try:
+        out = SPEC(params, prompt, mask, jax.random.key(3))  # the compiled B_BIG program
+        seq = SeqBatch(prompt[:256], mask[:256], out.tokens[:256], out.mask[:256])
+        SPEC.distill_steps = 0
+        frozen = SPEC.learn(params, seq)
+        assert SPEC.drafter_params is saved[0]  # not trained
+        SPEC.distill_steps = 1
+        trained = SPEC.learn(params, seq, np.ones((32, 8), np.float32))  # metrics: before step
+        np.testing.assert_allclose(frozen["drafter_alpha"], trained["drafter_alpha"], rtol=1e-5)
+        assert 0.0 < frozen["drafter_alpha"] < 1.0 and frozen["drafter_kl"] > 0
+        assert SPEC.drafter_params is not saved[0]
+        SPEC._initial_drafter = saved[0]
+        SPEC.reset()  # a new run starts from the drafter the sampler was built with
+        assert SPEC.drafter_params is saved[0] and SPEC.last_stats is None
+    finally:
+        SPEC.drafter_params, SPEC.opt_state, SPEC.distill_steps, SPEC._initial_drafter = saved
+
+
 def test_controller_hand_cases():
     ctl = DraftLengthController((0, 1, 2, 4, 8), target_cost=(1.0, 0.01),
                                 draft_cost=(0.1, 0.001))
