@@ -60,16 +60,25 @@ def mean_reward(trainer, state, rollouts=4):
 
 
 def test_grpo_raises_the_mean_reward_in_six_steps(grpo):
-    # Measured: 0.151 -> 0.232 (with the advantages negated: 0.151 -> 0.098, and this fails).
-    trainer, state = grpo
-    before = mean_reward(trainer, state)
-    for n in range(6):
-        state, m = trainer.step(state, trainer.batch(BASE.prompts_per_step * n))
-        assert np.isfinite(m["loss"]) and m["grad_norm"] > 0
-    after = mean_reward(trainer, state)
+    # GRPO against its control, the same six steps with the advantages negated (same rollout
+    # keys). Measured before issue 18's per-sequence keys: 0.151 -> 0.232 (negated: -> 0.098);
+    # with them: 0.150 -> 0.189 (negated: -> 0.039).
+    trainer, start = grpo
+    before = mean_reward(trainer, start)
+    after = {}
+    for sign in (1.0, -1.0):
+        state = start
+        for n in range(6):
+            seq, old_logp, rewards, info = trainer.rollout(
+                state, trainer.batch(BASE.prompts_per_step * n))
+            state, m = trainer.update(state, seq, old_logp, rewards, info,
+                                      advantages=sign * trainer.group_advantages(rewards))
+            assert np.isfinite(m["loss"]) and m["grad_norm"] > 0
+        after[sign] = mean_reward(trainer, state)
+        assert int(state.step) == 6
     assert 0.1 < before < 0.22
-    assert after > before + 0.05, (before, after)
-    assert int(state.step) == 6
+    assert after[1.0] > before, (before, after)  # GRPO raises the mean reward ...
+    assert after[1.0] > after[-1.0] + 0.05, (before, after)  # ... by its gradient's direction
 
 
 def test_mu_inner_steps_are_one_scan_with_averaged_metrics(setup, grpo):
