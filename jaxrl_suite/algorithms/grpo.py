@@ -43,6 +43,7 @@ import numpy as np
 from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.parallel import (
     batch_shards,
+    data_sharding,
     gather_rows,
     host_local,
     jit_on_mesh,
@@ -786,8 +787,11 @@ class GRPOTrainer(LMTrainer):
         rows = len(encoded[0])
         ids = np.arange(first_row, first_row + rows, dtype=np.int32)
         if not micro or chunk >= rows:
-            return self.sampler(params, prompt, prompt_mask, key,
-                                seq_ids=shard_batch(ids, self.mesh))
+            out = self.sampler(params, prompt, prompt_mask, key,
+                               seq_ids=shard_batch(ids, self.mesh))
+            # rows split over the batch axes, like the prompts (an engine that scatters its
+            # rows, the continuous one, returns them replicated)
+            return GenerateOutput(*jax.device_put(tuple(out), data_sharding(self.mesh)))
         if rows % chunk:
             raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
                              f"{rows * jax.process_count()} rows of a rollout")

@@ -232,6 +232,20 @@ MEMORY_SCRIPT = textwrap.dedent(
                 g.opt_state) if np.ndim(v) >= 2]
             assert opt_paths and all("lora" in p for p in opt_paths), opt_paths
         print(name, m["loss"], m["grad_norm"])
+
+    # The continuous rollout engine (issue 18) with scanned layers (the stacked [L, B, ...]
+    # cache) on mesh (2, 2, 2): the one-device static rollout's completions, rows split like them.
+    import dataclasses
+    seqs = []
+    for engine, mesh in (({}, make_mesh(1)),
+                         ({"sampler": "continuous", "slots": 8}, make_mesh(8, data=2, fsdp=2,
+                                                                         tensor=2))):
+        c = dataclasses.replace(grpo_cfg, rollout_micro_batch=0, **engine)
+        grpo = GRPOTrainer(base, tok, task, c, mesh=mesh, prompt_len=12, ref_params=params)
+        seqs.append(grpo.rollout(grpo.init_state(params, jax.random.PRNGKey(2)),
+                                 grpo.batch(0))[0])
+    np.testing.assert_array_equal(np.asarray(seqs[1].completion), np.asarray(seqs[0].completion))
+    assert tuple(seqs[1].completion.sharding.spec) == (("data", "fsdp"),)
     print("OK")
     """
 )
@@ -241,5 +255,5 @@ def test_memory_options_and_lora_on_a_mesh_equal_the_one_device_step(run_on_host
     """Scanned layers with remat, chunked log-probs and micro-batched rollout / log-prob /
     gradient steps, without and with LoRA: an SFT step and a GRPO update on mesh (2, 2, 2) equal
     the one-device ones; with LoRA the base stays bit-identical and Adam's moments exist for the
-    adapters only."""
+    adapters only. The continuous rollout engine on that mesh draws the one-device completions."""
     run_on_host_devices(MEMORY_SCRIPT, 8)
