@@ -40,7 +40,6 @@ import numpy as np
 from jaxrl_suite.algorithms.grpo import (
     GRPOConfig,
     GRPOTrainer,
-    SeqBatch,
     SFTConfig,
     SFTTrainer,
     make_rollout_sampler,
@@ -121,8 +120,7 @@ def warm_drafter(model, params, sft, task, cfg: GRPOConfig, *, steps: int, batch
     sampler = make_rollout_sampler(model, cfg, sft.tokenizer, rng=jax.random.key(7))
     for i in range(steps):
         examples = task.examples("train", 50_000 + i * batch, batch)
-        sampler.distill(params, SeqBatch(*sft.encode_prompts(examples),
-                                         *sft.encode_solutions(examples)), steps=1)
+        sampler.distill(params, sft.solution_batch(examples), steps=1)
     return sampler
 
 

@@ -451,6 +451,10 @@ class LMTrainer:
         )
         return ids, mask.astype(np.float32)
 
+    def solution_batch(self, examples: Sequence[Example]) -> SeqBatch:
+        """Host arrays of `examples` with their task solutions as completions (the SFT data)."""
+        return SeqBatch(*self.encode_prompts(examples), *self.encode_solutions(examples))
+
     def place_state(self, state):
         """The state on the mesh: params and optimizer state sharded by `models.sharding`'s
         rules (over fsdp and tensor), replicated over data."""
@@ -569,9 +573,7 @@ class SFTTrainer(LMTrainer):
 
     def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
         local = examples[process_rows(len(examples))]  # this process's rows of the global batch
-        prompt, prompt_mask = self.encode_prompts(local)
-        completion, completion_mask = self.encode_solutions(local)
-        seq = SeqBatch(*shard_batch((prompt, prompt_mask, completion, completion_mask), self.mesh))
+        seq = shard_batch(self.solution_batch(local), self.mesh)
         return self._update(state, seq)
 
 

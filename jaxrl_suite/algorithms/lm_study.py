@@ -39,7 +39,6 @@ import jax.numpy as jnp
 from jaxrl_suite.algorithms.grpo import (
     GRPOConfig,
     GRPOTrainer,
-    SeqBatch,
     SFTConfig,
     SFTTrainer,
     drafter_config,
@@ -314,10 +313,7 @@ class LMStudy(Study):
         sft = self.sft_trainer()
         for i in range(steps):
             examples = self.lm.task.examples("train", i * batch_size, batch_size)
-            prompt, prompt_mask = sft.encode_prompts(examples)
-            completion, completion_mask = sft.encode_solutions(examples)
-            sampler.distill(params, SeqBatch(prompt, prompt_mask, completion, completion_mask),
-                            steps=1)
+            sampler.distill(params, sft.solution_batch(examples), steps=1)
         return sampler.drafter_params
 
     # ---- resumable stages ----

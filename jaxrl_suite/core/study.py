@@ -222,11 +222,12 @@ class Study:
         return {variant: {k: seed_stats([r[k] for r in runs]) for k in keys}
                 for variant, runs in self.per_variant(results).items()}
 
-    def curves(self, keys: Sequence[str], stage: str) -> dict[str, dict[str, np.ndarray]]:
-        """Per variant and key, the [seeds, steps] training curve of `stage` from each run's
-        metrics.jsonl."""
+    def curves(self, keys: Sequence[str], stage: str, variants: Sequence[str] | None = None
+               ) -> dict[str, dict[str, np.ndarray]]:
+        """Per variant (`variants`, default all; e.g. only those that log `keys`) and key, the
+        [seeds, steps] training curve of `stage` from each run's metrics.jsonl."""
         out: dict[str, dict[str, np.ndarray]] = {}
-        for variant in self.variants:
+        for variant in self.variants if variants is None else variants:
             recs = [[r for r in read_metrics(self.run_dir(variant, s) / "metrics.jsonl")
                      if r.get("stage") == stage] for s in self.seeds]
             out[variant] = {k: np.array([[r[k] for r in rs] for rs in recs], np.float64)
