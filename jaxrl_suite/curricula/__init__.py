@@ -11,6 +11,10 @@ fixed-shape pytree, so it runs inside `jax.jit(jax.vmap(train))` (see `base.py` 
 
 Each is registered in `CURRICULA` ("round_robin", "random", "space", "spdrl") and built by name
 with `make_curriculum`. (The ExIt task buffer, `curricula.exit`, has its own protocol.)
+
+* `curricula.rest`: ReST-GRPO's data filter (ReST-RL, Zhoubian et al. 2025, arXiv 2508.19576),
+  host-side numpy functions that keep the problems whose sampled rewards vary and add
+  partial-solution prompts; not in `CURRICULA`.
 """
 
 from __future__ import annotations

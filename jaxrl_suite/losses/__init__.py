@@ -29,6 +29,7 @@ from jaxrl_suite.losses.grpo import (
     ppo_surrogate,
 )
 from jaxrl_suite.losses.policy import aggregate, clipped_surrogate, importance_ratio, k3_kl
+from jaxrl_suite.losses.preference import dpo_loss, orpo_loss
 from jaxrl_suite.losses.siren import REGULARIZERS
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "cispo_surrogate",
     "clipped_surrogate",
     "compose_policy_loss",
+    "dpo_loss",
     "group_advantages",
     "grpo_loss",
     "gspo_loss",
@@ -50,6 +52,7 @@ __all__ = [
     "kd_loss",
     "logprobs_and_entropy",
     "masked_mean",
+    "orpo_loss",
     "ppo_surrogate",
     "project_logits",
     "reinforce_pp_advantages",

@@ -1,6 +1,7 @@
-"""Verifiable text tasks (arithmetic, countdown, sort, count; dataset-backed: gsm8k, ag_news, imdb,
-trivia_qa, nq_open from TFDS and jsonl from a local file), the self-iteration prompt format and the
-tokenizer wrapper used by LM RL."""
+"""Verifiable text tasks (arithmetic, countdown, sort, count; code, with hidden tests run in the
+sandbox; dataset-backed: gsm8k, ag_news, imdb, trivia_qa, nq_open from TFDS, jsonl and MBPP-style
+jsonl from a local file), the self-iteration prompt format and the tokenizer wrapper used by LM
+RL."""
 
 from jaxrl_suite.envs.text.arithmetic import ArithmeticTask
 from jaxrl_suite.envs.text.base import (
@@ -13,6 +14,7 @@ from jaxrl_suite.envs.text.base import (
     format_reward,
     make_task,
 )
+from jaxrl_suite.envs.text.code import CodeTask, MBPPTask
 from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
@@ -42,11 +44,13 @@ __all__ = [
     "AgNewsTask",
     "ArithmeticTask",
     "ClassificationTask",
+    "CodeTask",
     "CountTask",
     "CountdownMeta",
     "CountdownTask",
     "DatasetTask",
     "Gsm8kTask",
+    "MBPPTask",
     "ImdbTask",
     "JsonlTask",
     "NqOpenTask",
