@@ -28,6 +28,7 @@ positions at a time (`losses.chunked`), so the [B, N, V] logits never exist.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import time
@@ -59,7 +60,8 @@ from jaxrl_suite.core.train import (
     make_train_step,
     map_rows,
 )
-from jaxrl_suite.envs.text import Example, Task
+from jaxrl_suite.envs.text import Example, Task, format_reward
+from jaxrl_suite.envs.text.base import outcome_fractions
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
     ADVANTAGES,
@@ -464,25 +466,45 @@ class LMTrainer:
                            batch_size: int) -> tuple[list[str], np.ndarray]:
         """Greedy completion of every example (all processes' rows, in order): (texts, lengths
         [len(examples)]). Fixed-size batches (the last one padded), so one compile."""
+        return self._complete(params, examples, batch_size, lambda p, m, b: self.greedy_sampler(
+            params, p, m, jax.random.PRNGKey(0)))
+
+    def sampled_completions(self, params, examples: Sequence[Example], *, batch_size: int,
+                            rng: jax.Array, temperature: float = 1.0, top_p: float = 1.0
+                            ) -> tuple[list[str], np.ndarray]:
+        """One sampled completion of every example (repeat an example for several) with
+        `eval_sampler` at `temperature` / `top_p`, batch b with key fold_in(rng, b): (texts,
+        lengths [len(examples)]), in fixed-size batches like `greedy_completions`."""
+        return self._complete(params, examples, batch_size, lambda p, m, b: self.eval_sampler(
+            params, p, m, jax.random.fold_in(rng, b), temperature=temperature, top_p=top_p))
+
+    def _complete(self, params, examples, batch_size, sample) -> tuple[list[str], np.ndarray]:
         n_dev = batch_shards(self.mesh)
         batch_size = max(n_dev, batch_size - batch_size % n_dev)
         rows = process_rows(batch_size)
         texts, lengths = [], []
-        for start in range(0, len(examples), batch_size):
+        for b, start in enumerate(range(0, len(examples), batch_size)):
             chunk = list(examples[start : start + batch_size])
             padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
             prompt, prompt_mask = shard_batch(self.encode_prompts(padded[rows]), self.mesh)
-            out = self.greedy_sampler(params, prompt, prompt_mask, jax.random.PRNGKey(0))
+            out = sample(prompt, prompt_mask, b)
             tokens = gather_rows(host_local(out.tokens))[: len(chunk)]
             mask = gather_rows(host_local(out.mask))[: len(chunk)]
             texts += self.tokenizer.decode_batch(tokens, mask)
             lengths.append(mask.sum(axis=1))
         return texts, np.concatenate(lengths)
 
+    def with_task(self, task: Task) -> LMTrainer:
+        """This trainer on another task (e.g. a data filter's `ExampleList`), sharing its
+        compiled programs, samplers and config: a shallow copy."""
+        other = copy.copy(self)
+        other.task = task
+        return other
+
     def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
         """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
         texts, lengths = self.greedy_completions(params, examples, batch_size=batch_size)
-        correct = [self.task.is_correct(t, e) for t, e in zip(texts, examples, strict=True)]
+        correct = [s == 1.0 for s in self.task.verify_batch(texts, examples).scores]
         return {"accuracy": float(np.mean(correct)), "length": float(lengths.mean())}
 
     def evaluate_sampled(
@@ -498,25 +520,13 @@ class LMTrainer:
         bad = [k for k in ks if not 1 <= k <= n]
         if bad:
             raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
-        sampler = functools.partial(self.eval_sampler, temperature=temperature, top_p=top_p)
-        n_dev = batch_shards(self.mesh)
-        batch_size = max(n_dev, batch_size - batch_size % n_dev)
-        rows_of = process_rows(batch_size)
         flat = [e for e in examples for _ in range(n)]
-        stats = []  # per sample: [correct, length, answer id]
-        for b, start in enumerate(range(0, len(flat), batch_size)):
-            chunk = flat[start : start + batch_size]
-            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
-            local = padded[rows_of]
-            prompt, prompt_mask = shard_batch(self.encode_prompts(local), self.mesh)
-            out = sampler(params, prompt, prompt_mask, jax.random.fold_in(rng, b))
-            mask = host_local(out.mask)
-            texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
-            local_stats = np.array(
-                [[self.task.is_correct(t, e), m.sum(), _answer_id(t)]
-                 for t, e, m in zip(texts, local, mask, strict=True)], np.int64)
-            stats.append(gather_rows(local_stats)[: len(chunk)])
-        stats = np.concatenate(stats).reshape(len(examples), n, 3)
+        texts, lengths = self.sampled_completions(params, flat, batch_size=batch_size, rng=rng,
+                                                  temperature=temperature, top_p=top_p)
+        scores = self.task.verify_batch(texts, flat).scores
+        stats = np.array([[s == 1.0, m, _answer_id(t)]  # per sample: correct, length, answer
+                          for s, t, m in zip(scores, texts, lengths, strict=True)], np.int64)
+        stats = stats.reshape(len(examples), n, 3)
         correct, answers = stats[..., 0], stats[..., 2]
         # Samples with the same parsed answer to the same prompt are equally correct.
         verdict = [{int(a): bool(c) for a, c in zip(ans, cor, strict=True)}
@@ -766,15 +776,17 @@ class GRPOTrainer(LMTrainer):
                            first_row=(rows.start or 0) * g)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
+        verdicts = self.task.verify_batch(texts, group)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
-            [self.task.reward(t, e, format_weight=c.format_weight),
-             self.task.score(t, e) == 1.0, m.sum()]
-            for t, e, m in zip(texts, group, mask, strict=True)
+            [s + c.format_weight * format_reward(t), s == 1.0, m.sum()]
+            for s, t, m in zip(verdicts.scores, texts, mask, strict=True)
         ], np.float32))
         rewards = per_row[:, 0].reshape(len(examples), g)
         seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
                 "tokens": int(per_row[:, 2].sum())}
+        if jax.process_count() == 1:  # this process's rows (the whole batch on one host)
+            info.update(outcome_fractions(verdicts))
         return seq, out.logprobs, rewards, info
 
     def _sample(self, params, encoded, prompt, prompt_mask, key, first_row: int = 0
@@ -868,10 +880,12 @@ class GRPOTrainer(LMTrainer):
         std = rewards.std(axis=1)
         metrics.update(
             reward=float(rewards.mean()), reward_std=float(std.mean()),
+            reward_var=float(np.mean(std ** 2)),
             zero_std_frac=float(np.mean(std == 0)), accuracy=info["accuracy"],
             length=info["length"], tokens=float(info["tokens"]),
             tokens_per_s=info["tokens"] / dt, gen_time=t_gen, update_time=dt - t_gen,
         )
+        metrics.update({k: v for k, v in info.items() if k.startswith("outcome_")})
         return state, metrics
 
     def group_advantages(self, rewards: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jaxrl_suite.algorithms.grpo import (
     GRPOConfig,
     GRPOTrainer,
+    LMTrainer,
     SFTConfig,
     SFTTrainer,
     drafter_config,
@@ -64,7 +65,7 @@ from jaxrl_suite.sampling import KVCacheSampler
 # that the task does not take is left out (a YAML written for one task runs another with
 # --set task.name=...); a data option it does not take is a one-line error.
 _GENERATOR_OPTIONS = ("digits", "num_numbers", "max_number", "max_target", "graded", "num_items",
-                      "max_value", "max_count", "max_start")
+                      "max_value", "max_count", "max_start", "level")
 _DATA_OPTIONS = ("data_dir", "path", "test_path")
 
 
@@ -82,6 +83,7 @@ class TaskConfig:
     max_value: int | None = None  # sort: numbers lie in 0..max_value
     max_count: int | None = None  # count: answers hold 1..max_count numbers
     max_start: int | None = None  # count: counts start in 10..10+max_start-1
+    level: int | None = None  # code: 1 (one-line integer functions) .. 3 (four-line loops)
     data_dir: str | None = None  # TFDS tasks (gsm8k, ag_news, imdb, trivia_qa, nq_open): data dir
     path: str | None = None  # jsonl: the local file of {"prompt": ..., "answer": ...} lines
     test_path: str | None = None  # jsonl: a held-out file (default: a hash split of `path`)
@@ -284,11 +286,21 @@ class LMStudy(Study):
                           mesh=self.lm.mesh, prompt_len=c.task.prompt_len,
                           max_new_tokens=c.grpo.max_new_tokens, **self._eval_samplers())
 
+    def lm_trainer(self, task: Task | None = None, *, prompt_len: int | None = None
+                   ) -> LMTrainer:
+        """Sampling and evaluation alone (`greedy_completions`, `sampled_completions`) with the
+        study's shared samplers, on prompts of `prompt_len` tokens (default task.prompt_len;
+        e.g. prompt_len + max_new_tokens for a search over partial solutions)."""
+        return LMTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task,
+                         mesh=self.lm.mesh, prompt_len=prompt_len or self.cfg.task.prompt_len,
+                         max_new_tokens=self.cfg.grpo.max_new_tokens, **self._eval_samplers())
+
     def grpo_trainer(self, config: GRPOConfig, ref_params, task: Task | None = None, *,
-                     drafter_params=None) -> GRPOTrainer:
+                     drafter_params=None, prompt_len: int | None = None) -> GRPOTrainer:
         """A GRPO trainer on the study's model. Its rollout engine is `grpo.sampler`: the study's
         shared static sampler, or a continuous / speculative one of its own (the speculative
-        drafter starting from `drafter_params`, e.g. `warm_drafter`'s)."""
+        drafter starting from `drafter_params`, e.g. `warm_drafter`'s). Prompts are left-padded
+        to `prompt_len` tokens (default task.prompt_len; longer for partial-solution prompts)."""
         if config.max_new_tokens != self.cfg.grpo.max_new_tokens:
             raise ValueError("every GRPO variant of a study shares grpo.max_new_tokens")
         if config.sampler == "static":
@@ -298,7 +310,7 @@ class LMStudy(Study):
             rollout = make_rollout_sampler(self.lm.model, config, self.lm.tokenizer,
                                            drafter_params=drafter_params)
         return GRPOTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, config,
-                           mesh=self.lm.mesh, prompt_len=self.cfg.task.prompt_len,
+                           mesh=self.lm.mesh, prompt_len=prompt_len or self.cfg.task.prompt_len,
                            ref_params=ref_params, sampler=rollout, **self._eval_samplers())
 
     def warm_drafter(self, config: GRPOConfig, params, *, steps: int, seed: int = 0,

@@ -11,11 +11,13 @@ from jaxrl_suite.models.lm import (
     stack_layers,
     unstack_layers,
 )
+from jaxrl_suite.models.value import ValueLM
 
 __all__ = [
     "CausalLM",
     "KVCache",
     "LMConfig",
+    "ValueLM",
     "apply_rope",
     "init_cache",
     "rms_norm",

@@ -14,7 +14,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     "name, unit",
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
      ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
-     ("bench_rollout", "identical")],
+     ("bench_rollout", "identical"), ("bench_sandbox", "programs/s")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
@@ -26,6 +26,9 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     assert unit in printed  # the throughput figures are printed
     if name == "bench_rollout":  # every engine reproduced the static sampler's completions
         assert [r["identical"] for r in figures["engines"]] == [True] * 6
+    if name == "bench_sandbox":  # the pools agreed with the serial loop on every status
+        assert figures["statuses"] == {"error": 2, "failed": 4, "ok": 2}  # syntax error: error
+        assert all(r["programs_per_s"] > 0 for r in figures["pools"])
 
 
 def test_bench_scale_smoke(tmp_path):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -43,6 +43,22 @@ class Example:
     prompt: str
     answer: str
     meta: tuple = ()
+
+
+class Verdicts(NamedTuple):
+    """A verifier's answer on a batch: `scores` in [0, 1] and, where the task has them, one
+    outcome label per completion (e.g. the sandbox's status), counted in the trainers' metrics."""
+
+    scores: list[float]
+    outcomes: list[str] | None = None
+
+
+def outcome_fractions(verdicts: Verdicts) -> dict[str, float]:
+    """{"outcome_<label>": share of the batch} (empty without outcome labels)."""
+    if not verdicts.outcomes:
+        return {}
+    n = len(verdicts.outcomes)
+    return {f"outcome_{k}": verdicts.outcomes.count(k) / n for k in sorted(set(verdicts.outcomes))}
 
 
 def _split_id(split: str) -> int:
@@ -98,6 +114,14 @@ class Task(abc.ABC):
     def score(self, completion: str, ex: Example) -> float:
         """Correctness reward in [0, 1] of the decoded completion; malformed input -> 0.0."""
 
+    def verify_batch(self, completions: Sequence[str], examples: Sequence[Example]) -> Verdicts:
+        """`score` of each completion, and an outcome label per completion where the verifier
+        has more to say than the score ("syntax", "timeout", ... for the sandboxed code tasks;
+        None here). Tasks whose verifier is costly run the batch concurrently."""
+        if len(completions) != len(examples):
+            raise ValueError(f"{len(completions)} completions for {len(examples)} examples")
+        return Verdicts([self.score(c, e) for c, e in zip(completions, examples, strict=True)])
+
     def is_correct(self, completion: str, ex: Example) -> bool:
         """Whether `completion` fully solves `ex` (score == 1.0)."""
         return self.score(completion, ex) == 1.0
@@ -114,6 +138,49 @@ class Task(abc.ABC):
         return self.score(completion, ex) + format_weight * format_reward(completion)
 
 
+@dataclasses.dataclass(frozen=True)
+class ExampleList(Task):
+    """A fixed list of training examples over a `base` task, e.g. a data filter's output
+    (ReST-GRPO's kept problems and partial-solution prompts, `curricula.rest`).
+
+    `example("train", i)` walks `train` in a seeded order, reshuffled each epoch (deterministic
+    in i, so a data cursor resumes); the test split, the solutions and the verifier are
+    `base`'s. Not registered: it is built in code, from examples."""
+
+    name: ClassVar[str] = "example_list"
+    base: Task
+    train: tuple[Example, ...]
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.train:
+            raise ValueError("ExampleList: no train examples")
+
+    def _generate(self, rng: np.random.Generator) -> Example:
+        raise NotImplementedError("ExampleList serves its own list (see example)")
+
+    def example(self, split: str, index: int) -> Example:
+        if _split_id(split) == SPLITS.index("test"):
+            return self.base.example(split, index)
+        if index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        epoch, i = divmod(index, len(self.train))
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
+        return self.train[int(order[i])]
+
+    def solution(self, ex: Example) -> str:
+        return self.base.solution(ex)
+
+    def score(self, completion: str, ex: Example) -> float:
+        return self.base.score(completion, ex)
+
+    def verify_batch(self, completions: Sequence[str], examples: Sequence[Example]) -> Verdicts:
+        return self.base.verify_batch(completions, examples)
+
+    def feedback(self, completion: str, ex: Example) -> str:
+        return self.base.feedback(completion, ex)
+
+
 TASKS: Registry[Callable[..., Task]] = Registry("task")
 
 
@@ -126,9 +193,12 @@ __all__ = [
     "SPLITS",
     "TASKS",
     "Example",
+    "ExampleList",
     "Task",
+    "Verdicts",
     "answer_tags",
     "extract_answer",
     "format_reward",
     "make_task",
+    "outcome_fractions",
 ]

@@ -52,7 +52,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import _TEST_BUCKETS, TASKS, Example, Task, _stable_hash
+from jaxrl_suite.envs.text.base import (
+    _TEST_BUCKETS,
+    TASKS,
+    Example,
+    Task,
+    Verdicts,
+    _stable_hash,
+)
 from jaxrl_suite.envs.text.tfds_tasks import _SOURCES, DatasetTask
 
 if TYPE_CHECKING:
@@ -382,18 +389,23 @@ class _SandboxScored:
         return default_pool().run(programs, [ex.meta.tests for ex in examples],
                                   **self._limits())
 
-    def score_batch(self, completions: Sequence[str], examples: Sequence[Example]) -> list[float]:
-        """[score(c, ex) ...], run concurrently in `default_pool()`; completions that are not
-        valid Python score 0.0 without a sandbox call."""
+    def verify_batch(self, completions: Sequence[str], examples: Sequence[Example]) -> Verdicts:
+        """Scores (passed / total, 0.0 on a timeout, crash or forbidden call) and outcomes (the
+        sandbox's status; "syntax" for a completion that is not valid Python, scored 0.0
+        without a sandbox call), the batch run concurrently in `default_pool()`."""
         programs = self._programs(completions, examples)
-        rewards = [0.0] * len(programs)
+        scores, outcomes = [0.0] * len(programs), ["syntax"] * len(programs)
         run = [i for i, p in enumerate(programs) if is_python(p)]
         if run:
             results = default_pool().run([programs[i] for i in run],
                                          [examples[i].meta.tests for i in run], **self._limits())
             for i, result in zip(run, results, strict=True):
-                rewards[i] = result.reward
-        return rewards
+                scores[i], outcomes[i] = result.reward, result.status
+        return Verdicts(scores, outcomes)
+
+    def score_batch(self, completions: Sequence[str], examples: Sequence[Example]) -> list[float]:
+        """`verify_batch(...).scores`."""
+        return self.verify_batch(completions, examples).scores
 
     def feedback(self, completion: str, ex: Example) -> str:
         """"syntax error", "k of n tests pass", or the sandbox status ("timeout (0 of n tests

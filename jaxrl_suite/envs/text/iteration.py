@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import Example, Task
+from jaxrl_suite.envs.text.base import Example, Task, Verdicts
 from jaxrl_suite.rewards.format import extract_answer
 
 IMPROVE, DIVERGE = "improve", "diverge"
@@ -84,6 +84,9 @@ class IterationMix(Task):
 
     def score(self, completion: str, ex: Example) -> float:
         return self.base.score(completion, ex)
+
+    def verify_batch(self, completions, examples) -> Verdicts:
+        return self.base.verify_batch(completions, examples)
 
     def feedback(self, completion: str, ex: Example) -> str:
         return self.base.feedback(completion, ex)
