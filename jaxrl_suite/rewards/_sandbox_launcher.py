@@ -127,6 +127,12 @@ def seccomp_no_network():
 def grandchild(iso):
     """G: limits, uid drop, descriptors, exec the harness. Never returns."""
     try:
+        # descriptors first, while RLIMIT_NOFILE still covers every inherited one: the program
+        # keeps 0 (its input, read by the harness), 1 and 2 (output) and 3 (results) only
+        os.dup2(CFG["output_fd"], 1)
+        os.dup2(CFG["output_fd"], 2)
+        os.dup2(CFG["result_fd"], 3)
+        os.closerange(4, max(os.sysconf("SC_OPEN_MAX"), 1 << 16))
         lim = CFG["limits"]
         for name, value in (("RLIMIT_AS", lim["address_space"]), ("RLIMIT_FSIZE", lim["fsize"]),
                             ("RLIMIT_NOFILE", lim["nofile"]), ("RLIMIT_NPROC", lim["nproc"]),
@@ -142,14 +148,11 @@ def grandchild(iso):
         if iso.get("seccomp"):
             seccomp_no_network()
         os.chdir(CFG["workdir"])
-        os.dup2(CFG["output_fd"], 1)
-        os.dup2(CFG["output_fd"], 2)
-        os.dup2(CFG["result_fd"], 3)
-        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         exe = CFG["python"]
         os.execve(exe, [exe, "-I", "-S", "-B", "-c", CFG["harness"]], {})
     except BaseException as e:  # noqa: BLE001 - report and die, whatever happened
         report(setup_error=f"sandboxed process: {type(e).__name__}: {e}")
+        os.write(3, f"X sandbox setup: {type(e).__name__}: {e}\n".encode())
         os._exit(127)
 
 

@@ -265,3 +265,18 @@ def test_bad_input_is_one_line_errors(pool):
         Limits(timeout_s=0)
     big = pool.run(["x = 1\n" * 20_000], "assert x == 1\n")[0]
     assert big.status == "error" and "bytes is over" in big.detail
+
+
+def test_only_four_descriptors_reach_the_program(pool):
+    """stdin, stdout, stderr and the result pipe: no launcher or parent descriptor leaks in."""
+    program = ("import os\ndef f(x):\n    n = 0\n    for fd in range(4, 4096):\n        try:\n"
+               "            os.fstat(fd)\n            n += 1\n        except OSError:\n"
+               "            pass\n    return n\n")
+    held = [os.pipe() for _ in range(64)]  # the sandbox's own pipes get numbers above 128
+    try:
+        r = pool.run([program], "assert f(0) == 0\n")[0]
+    finally:
+        for a, b in held:
+            os.close(a)
+            os.close(b)
+    assert r.status == "ok", r
