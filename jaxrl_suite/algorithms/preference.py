@@ -179,10 +179,18 @@ class PreferenceTrainer(LMTrainer):
             lambda state, batch, ref: train_step(state, (batch, ref)), keep_placement=True)
 
     def _encode_completions(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """[B, N] int32 ids of `text + EOS`, right-padded, and their float32 mask."""
-        ids, mask = self.tokenizer.encode_batch(texts, self.max_new_tokens, side="right",
-                                                add_eos=True)
-        return ids, mask.astype(np.float32)
+        """[B, N] int32 ids of `text + EOS`, right-padded, and their float32 mask. A sampled
+        completion that filled all N tokens without an EOS (cut at max_new_tokens) keeps its
+        N tokens and no EOS: the sequence the sampler produced."""
+        n, tok = self.max_new_tokens, self.tokenizer
+        ids = np.full((len(texts), n), tok.pad_id, np.int32)
+        mask = np.zeros((len(texts), n), np.float32)
+        for row, text in enumerate(texts):
+            tokens = tok.encode(text)
+            tokens = tokens[:n] if len(tokens) >= n else tokens + [tok.eos_id]
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1.0
+        return ids, mask
 
     def pair_batch(self, pairs: Sequence[PreferencePair]) -> PreferenceBatch:
         """Host arrays of `pairs`: (chosen, rejected) `SeqBatch`es over the same prompts."""

@@ -154,3 +154,14 @@ def test_bad_configs_are_one_line_errors(setup):
     # ORPO needs no reference model
     PreferenceTrainer(model, tok, task, PreferenceConfig(loss="orpo"), mesh=make_mesh(1),
                       prompt_len=P, max_new_tokens=N)
+
+
+def test_completions_cut_at_max_new_tokens_keep_their_tokens(dpo):
+    """A sample that filled max_new_tokens without EOS is encoded as sampled (no EOS added);
+    a shorter one gets its EOS."""
+    trainer = dpo[0]
+    n, tok = trainer.max_new_tokens, trainer.tokenizer
+    long_text, short = "7" * (n + 5), "12"
+    ids, mask = trainer._encode_completions([long_text, short])
+    assert ids.shape == (2, n) and mask[0].sum() == n and tok.eos_id not in ids[0]
+    assert list(ids[1, :3]) == tok.encode(short) + [tok.eos_id] and mask[1].sum() == 3

@@ -47,6 +47,7 @@ import dataclasses
 import functools
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -346,7 +347,9 @@ def is_python(source: str) -> bool:
     """Whether `source` compiles as Python (nothing is run): a syntax error, a top-level
     `return` or a null byte make it not."""
     try:
-        compile(source, "<completion>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # model output: its SyntaxWarnings are not ours
+            warnings.simplefilter("ignore")
+            compile(source, "<completion>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
