@@ -45,7 +45,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -61,7 +60,7 @@ from jaxrl_suite.envs.text.base import (
     Verdicts,
     _stable_hash,
 )
-from jaxrl_suite.envs.text.tfds_tasks import _SOURCES, DatasetTask
+from jaxrl_suite.envs.text.tfds_tasks import _SOURCES, DatasetTask, read_jsonl
 
 if TYPE_CHECKING:
     from jaxrl_suite.rewards.sandbox import SandboxPool, SandboxResult
@@ -519,54 +518,27 @@ def _is_assert(test: str) -> bool:
 
 def _read_mbpp(path: str, prompt_field: str) -> list[Example]:
     """The problems of an MBPP-style JSONL file, in file order; cached until the file changes."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        raise FileNotFoundError(f"MBPP JSONL file '{path}' does not exist") from None
-    key = ("mbpp", os.path.abspath(path), stat.st_mtime_ns, stat.st_size, prompt_field)
-    if key in _SOURCES:
-        return _SOURCES[key]
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg} at column "
-                                 f"{err.colno})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object with fields "
-                                 f"'{prompt_field}', 'code' and 'test_list'")
-            for field in (prompt_field, "code", "test_list"):
-                if field not in rec:
-                    raise ValueError(f"{path}:{lineno}: missing field '{field}' "
-                                     f"(has {sorted(rec)[:10]})")
-            for field in (prompt_field, "code"):
-                if not isinstance(rec[field], str) or not rec[field].strip():
-                    raise ValueError(f"{path}:{lineno}: field '{field}' must be a non-empty "
-                                     f"string")
-            if not _strings(rec["test_list"]):
-                raise ValueError(f"{path}:{lineno}: field 'test_list' must be a non-empty list "
-                                 f"of assert strings")
-            for k, test in enumerate(rec["test_list"]):
-                if not _is_assert(test):
-                    raise ValueError(f"{path}:{lineno}: field 'test_list' item {k} is not one "
-                                     f"assert statement: {test[:60]!r}")
-            if "test_imports" in rec and not (rec["test_imports"] == []
-                                              or _strings(rec["test_imports"])):
-                raise ValueError(f"{path}:{lineno}: field 'test_imports' must be a list of "
-                                 f"strings")
-            tests = [t.strip() for t in rec["test_list"]]
-            code = rec["code"].replace("\r\n", "\n").strip("\n") + "\n"
-            prompt = mbpp_prompt(rec[prompt_field], tests[0], rec.get("test_imports", ()))
-            rows.append(Example(prompt=prompt, answer=code,
-                                meta=CodeMeta(tests="".join(f"{t}\n" for t in tests))))
-    if not rows:
-        raise ValueError(f"MBPP JSONL file '{path}' has no records")
-    _SOURCES[key] = rows
-    return rows
+
+    def row(rec: dict) -> Example:
+        for field in (prompt_field, "code"):
+            if not isinstance(rec[field], str) or not rec[field].strip():
+                raise ValueError(f"field '{field}' must be a non-empty string")
+        if not _strings(rec["test_list"]):
+            raise ValueError("field 'test_list' must be a non-empty list of assert strings")
+        for k, test in enumerate(rec["test_list"]):
+            if not _is_assert(test):
+                raise ValueError(f"field 'test_list' item {k} is not one assert statement: "
+                                 f"{test[:60]!r}")
+        if "test_imports" in rec and not (rec["test_imports"] == []
+                                          or _strings(rec["test_imports"])):
+            raise ValueError("field 'test_imports' must be a list of strings")
+        tests = [t.strip() for t in rec["test_list"]]
+        code = rec["code"].replace("\r\n", "\n").strip("\n") + "\n"
+        prompt = mbpp_prompt(rec[prompt_field], tests[0], rec.get("test_imports", ()))
+        return Example(prompt=prompt, answer=code,
+                       meta=CodeMeta(tests="".join(f"{t}\n" for t in tests)))
+
+    return read_jsonl(path, (prompt_field, "code", "test_list"), "MBPP JSONL", row)
 
 
 @dataclasses.dataclass(frozen=True)

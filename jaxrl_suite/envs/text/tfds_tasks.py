@@ -46,7 +46,7 @@ import json
 import os
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -572,14 +572,20 @@ def _json_answers(value: Any, field: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in out)
 
 
-def _read_jsonl(path: str, prompt_field: str, answer_field: str) -> list[tuple[str, tuple]]:
-    """(prompt, answers) per non-blank line of `path`; cached until the file changes."""
+def _quoted(fields: Sequence[str]) -> str:
+    names = [f"'{f}'" for f in fields]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def read_jsonl(path: str, fields: Sequence[str], what: str, row: Callable[[dict], Any]) -> list:
+    """[row(record)] for every non-blank line of `path`, each a JSON object with `fields`;
+    cached until the file changes. Errors are one line naming `what` file, the line and the
+    field; `row` raises ValueError for its own checks (prefixed with "path:line: ")."""
     try:
         stat = os.stat(path)
     except OSError:
-        raise FileNotFoundError(f"JSONL task file '{path}' does not exist") from None
-    key = ("jsonl", os.path.abspath(path), stat.st_mtime_ns, stat.st_size, prompt_field,
-           answer_field)
+        raise FileNotFoundError(f"{what} file '{path}' does not exist") from None
+    key = (what, os.path.abspath(path), stat.st_mtime_ns, stat.st_size, tuple(fields))
     if key in _SOURCES:
         return _SOURCES[key]
     rows = []
@@ -594,23 +600,31 @@ def _read_jsonl(path: str, prompt_field: str, answer_field: str) -> list[tuple[s
                                  f"{err.colno})") from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object with fields "
-                                 f"'{prompt_field}' and '{answer_field}'")
-            for field in (prompt_field, answer_field):
+                                 f"{_quoted(fields)}")
+            for field in fields:
                 if field not in rec:
                     raise ValueError(f"{path}:{lineno}: missing field '{field}' "
                                      f"(has {sorted(rec)[:10]})")
-            prompt = rec[prompt_field]
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise ValueError(f"{path}:{lineno}: field '{prompt_field}' must be a "
-                                 f"non-empty string")
             try:
-                rows.append((prompt, _json_answers(rec[answer_field], answer_field)))
+                rows.append(row(rec))
             except ValueError as err:
                 raise ValueError(f"{path}:{lineno}: {err}") from None
     if not rows:
-        raise ValueError(f"JSONL task file '{path}' has no records")
+        raise ValueError(f"{what} file '{path}' has no records")
     _SOURCES[key] = rows
     return rows
+
+
+def _read_jsonl(path: str, prompt_field: str, answer_field: str) -> list[tuple[str, tuple]]:
+    """(prompt, answers) per non-blank line of `path`; cached until the file changes."""
+
+    def row(rec: dict) -> tuple[str, tuple]:
+        prompt = rec[prompt_field]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"field '{prompt_field}' must be a non-empty string")
+        return prompt, _json_answers(rec[answer_field], answer_field)
+
+    return read_jsonl(path, (prompt_field, answer_field), "JSONL task", row)
 
 
 def _jsonl_match(prediction: str | None, gold: str) -> float:
