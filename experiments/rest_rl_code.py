@@ -274,12 +274,23 @@ def _decoding(study, cfg: Config, params, long_prompt: int) -> dict:
     key, calls = jax.random.PRNGKey(study.start_seed + 7), [0]
 
     def expand_fn(states, n):
-        flat = [Example(prompt=st, answer="") for st in states for _ in range(n)]
+        """n samples per state; a state longer than the search's context (lines of several
+        samples) is finished as it is: one empty, terminal sample that costs nothing."""
+        fits = [len(study.lm.tokenizer.encode(st)) <= long_prompt for st in states]
+        flat = [Example(prompt=st, answer="") for st, ok in zip(states, fits, strict=True)
+                if ok for _ in range(n)]
         texts, lengths = searcher.sampled_completions(
-            params, flat, batch_size=s.batch_size, rng=jax.random.fold_in(key, calls[0]))
+            params, flat, batch_size=s.batch_size,
+            rng=jax.random.fold_in(key, calls[0])) if flat else ([], [])
         calls[0] += 1
-        return [[mcts.Sample(texts[i * n + j], int(lengths[i * n + j])) for j in range(n)]
-                for i in range(len(states))]
+        out, i = [], 0
+        for ok in fits:
+            if not ok:
+                out.append([mcts.Sample("", 0)])
+                continue
+            out.append([mcts.Sample(texts[i + j], int(lengths[i + j])) for j in range(n)])
+            i += n
+        return out
 
     def verify(programs, problems):
         by_prompt = {e.prompt: e for e in problems}
