@@ -112,12 +112,19 @@ def setup_mounts(iso):
     return failed
 
 
-def seccomp_no_network():
+def import_seccomp():
+    """pyseccomp, imported while still root (its site-packages may lie where the sandbox uid
+    cannot read, e.g. a venv in a 0700 directory)."""
+    sys.path.insert(0, CFG["seccomp_path"])
+    import pyseccomp
+
+    sys.path.pop(0)
+    return pyseccomp
+
+
+def seccomp_no_network(seccomp):
     """Without a network namespace: a seccomp filter that fails socket(2) for every family but
     AF_UNIX (pyseccomp over libseccomp, where installed)."""
-    sys.path.insert(0, CFG["seccomp_path"])
-    import pyseccomp as seccomp
-
     filt = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for family in (2, 10, 16, 17):  # AF_INET, AF_INET6, AF_NETLINK, AF_PACKET
         filt.add_rule(seccomp.ERRNO(1), "socket", seccomp.Arg(0, seccomp.EQ, family))
@@ -139,14 +146,15 @@ def grandchild(iso):
                             ("RLIMIT_CORE", 0), ("RLIMIT_STACK", lim["stack"])):
             resource.setrlimit(getattr(resource, name), (value, value))
         resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
+        seccomp = import_seccomp() if iso.get("seccomp") else None
         if os.geteuid() == 0:
             os.setgroups([])
             os.setresgid(CFG["gid"], CFG["gid"], CFG["gid"])
             os.setresuid(CFG["uid"], CFG["uid"], CFG["uid"])
         check(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl pdeathsig")
         check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl no_new_privs")
-        if iso.get("seccomp"):
-            seccomp_no_network()
+        if seccomp is not None:
+            seccomp_no_network(seccomp)
         os.chdir(CFG["workdir"])
         exe = CFG["python"]
         os.execve(exe, [exe, "-I", "-S", "-B", "-c", CFG["harness"]], {})

@@ -16,14 +16,15 @@ from jaxrl_suite.models import CausalLM, LMConfig
 
 
 class PoisonedTask(ArithmeticTask):
-    """Arithmetic whose reward turns NaN from the `poison_from`-th rollout batch on."""
+    """Arithmetic whose verifier's score (the reward: format_weight is 0) turns NaN from the
+    `poison_from`-th rollout batch on."""
 
     def __init__(self, poison_from: int, batch: int):
         super().__init__(digits=1)
         object.__setattr__(self, "_calls", 0)
         object.__setattr__(self, "_poison_after", poison_from * batch)
 
-    def reward(self, completion, ex, *, format_weight=0.0):
+    def score(self, completion, ex):
         object.__setattr__(self, "_calls", self._calls + 1)
         return float("nan") if self._calls > self._poison_after else 0.5 + 0.1 * len(completion)
 

@@ -134,7 +134,8 @@ class Task(abc.ABC):
         return "correct" if self.is_correct(completion, ex) else "wrong"
 
     def reward(self, completion: str, ex: Example, *, format_weight: float = 0.0) -> float:
-        """score(completion, ex) + format_weight * format_reward(completion)."""
+        """score(completion, ex) + format_weight * format_reward(completion). (The trainers
+        score whole batches: `verify_batch`, then the same sum.)"""
         return self.score(completion, ex) + format_weight * format_reward(completion)
 
 
