@@ -43,7 +43,6 @@ from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
 from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
-from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure
@@ -124,7 +123,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     dpo = PreferenceTrainer(model, tok, task, cfg.rest.dpo, mesh=study.lm.mesh,
                             prompt_len=cfg.task.prompt_len,
                             max_new_tokens=cfg.grpo.max_new_tokens, ref_params=sft_params,
-                            **study._eval_samplers())
+                            greedy_sampler=grpo.greedy_sampler,
+                            eval_sampler=grpo.eval_sampler)
     per_round = cfg.grpo.steps // cfg.rest.rounds
     round_steps = {"grpo": per_round, "rest_grpo": per_round, "rest_dpo": cfg.rest.dpo.steps}
 
@@ -256,14 +256,8 @@ def _restore(study, trainers: dict, best: dict, cfg: Config):
     """The final params of the best run (its last round's checkpoint)."""
     variant, seed = best["variant"], best["seed"]
     trainer = trainers[variant]
-    template = trainer.init_state(study.lm.params, study.grpo_key(seed))
-    ckpt = Checkpointer(study.checkpoint_dir(variant, seed) / f"round{cfg.rest.rounds - 1}",
-                        trainable=trainer.trainable)
-    try:
-        state, _ = ckpt.restore(template)
-    finally:
-        ckpt.close()
-    return state.params
+    return study.restore(trainer, trainer.init_state(study.lm.params, study.grpo_key(seed)),
+                         study.checkpoint_dir(variant, seed) / f"round{cfg.rest.rounds - 1}").params
 
 
 def _decoding(study, cfg: Config, params, long_prompt: int) -> dict:

@@ -395,6 +395,19 @@ class LMStudy(Study):
         return out
 
 
+    @staticmethod
+    def restore(trainer, template, directory: Path, *, what: str = "restore"):
+        """The latest checkpoint in `directory` as a state shaped like `template` (the
+        trainer's `trainable` params only, for LoRA); CheckpointNotFoundError if none."""
+        ckpt = Checkpointer(directory, trainable=trainer.trainable)
+        try:
+            if ckpt.latest_step() is None:
+                raise CheckpointNotFoundError(f"{what}: no checkpoint in {directory}")
+            state, _ = ckpt.restore(template)
+        finally:
+            ckpt.close()
+        return state
+
     def evaluate_checkpoint(self, opts: EvalOptions, variant: str) -> dict:
         """`jaxrl-suite eval RUN_DIR [--stage S] [--seed N]`: greedy accuracy and sampled
         pass@k / maj@k of the latest checkpoint of stage "sft" or "grpo" of run VARIANT_sSEED
@@ -410,14 +423,8 @@ class LMStudy(Study):
             self.grpo_trainer(self.cfg.grpo, ref_params=self.lm.params)
         template = trainer.init_state(self.lm.params, keys.sft if opts.stage == "sft" else
                                       keys.grpo)
-        directory = self.checkpoint_dir(variant, seed) / opts.stage
-        ckpt = Checkpointer(directory, trainable=trainer.trainable)
-        try:
-            if ckpt.latest_step() is None:
-                raise CheckpointNotFoundError(f"eval: no {opts.stage} checkpoint in {directory}")
-            state, _ = ckpt.restore(template)
-        finally:
-            ckpt.close()
+        state = self.restore(trainer, template,
+                             self.checkpoint_dir(variant, seed) / opts.stage, what="eval")
         held_out = self.lm.task.examples("test", 0, opts.num_examples)
         result = {"stage": opts.stage, "seed": seed, "step": int(state.step),
                   "examples": len(held_out), "samples": opts.samples,

@@ -22,7 +22,8 @@ from jaxrl_suite.rewards.sandbox import (
     run_tests,
 )
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"),
+                                reason="the sandbox needs Linux namespaces and /proc")
 
 GOOD = "def f(x):\n    return x * 3 + 1\n"
 TESTS = "assert f(2) == 7\nassert f(5) == 16\nassert 31 == f(10)\n"
@@ -42,11 +43,13 @@ def kernel_pool():
 
 
 def sandbox_processes() -> list[int]:
-    """Live processes owned by a sandbox uid."""
+    """Live processes owned by one of this test process's sandbox uids (another pytest-xdist
+    worker's sandboxes have their own uids, 1,000,000 + 64 * its pid + slot)."""
+    first = 1_000_000 + 64 * os.getpid()
     pids = []
     for p in os.listdir("/proc"):
         try:
-            if p.isdigit() and os.stat(f"/proc/{p}").st_uid >= 1_000_000:
+            if p.isdigit() and first <= os.stat(f"/proc/{p}").st_uid < first + 64:
                 pids.append(int(p))
         except FileNotFoundError:
             pass
