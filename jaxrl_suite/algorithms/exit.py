@@ -194,7 +194,8 @@ class MultiTurnTrainer:
             tokens += info_t["tokens"]
             rewards, info = last.reshape(len(examples), g), info_t
         advantages = np.tile(grpo.group_advantages(rewards), self.turns)  # [K*B*G]
-        seq = SeqBatch(*(jnp.concatenate(parts) for parts in zip(*seqs, strict=True)))
+        seq = SeqBatch(*(None if parts[0] is None else jnp.concatenate(parts)
+                         for parts in zip(*seqs, strict=True)))
         info = dict(info, tokens=tokens, gen_time=time.perf_counter() - t0)
         state, metrics = grpo.update(state, seq, jnp.concatenate(logps), rewards, info,
                                      advantages=advantages, t0=t0)

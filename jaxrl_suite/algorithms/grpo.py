@@ -331,6 +331,15 @@ class SeqBatch(NamedTuple):
     prompt_mask: jax.Array  # [B, P] bool
     completion: jax.Array  # [B, N] int32, right-padded
     completion_mask: jax.Array  # [B, N] float32 (1 up to and including EOS)
+    # [B, N] float32: the tokens the losses train on (None = completion_mask). A multi-turn
+    # episode (algorithms/agent.py) attends to its tool outputs but zeroes them here, so they
+    # carry no policy-gradient, KL or SFT term.
+    loss_mask: jax.Array | None = None
+
+    @property
+    def train_mask(self) -> jax.Array:
+        """The mask of the loss terms: `loss_mask` if set, else `completion_mask`."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
 
 class GRPOBatch(NamedTuple):
@@ -564,13 +573,13 @@ class SFTTrainer(LMTrainer):
                                             chunk=config.logprob_chunk)
             else:
                 logp = token_logprobs(completion_logits(model, params, seq), seq.completion)
-            return sft_loss(logp, seq.completion_mask)
+            return sft_loss(logp, seq.train_mask)
 
         # sft_loss is a token mean: micro-batches weigh by their token counts.
         self._update = jit_on_mesh(make_train_step(
             loss_fn, self.optimizer,
             micro_batches=_micro_batches(config.batch_size, config.train_micro_batch),
-            weight_fn=lambda seq: jnp.sum(seq.completion_mask), sum_metrics=("tokens",),
+            weight_fn=lambda seq: jnp.sum(seq.train_mask), sum_metrics=("tokens",),
             trainable=self.trainable,
         ), keep_placement=True)
 
@@ -646,7 +655,7 @@ class GRPOTrainer(LMTrainer):
             # anchor: [] SIREN's target entropy, from the train state; with micro-batches,
             # n_tokens: [] the valid tokens of the whole batch
             batch, anchor = inputs[:2]
-            mask = batch.seq.completion_mask
+            mask = batch.seq.train_mask
             if c.logprob_chunk:
                 logp, ent, *h_p = chunked(token_stats, params, batch.seq)
                 token_ent = jax.lax.stop_gradient(ent)  # [B*G, N], metrics/mask
@@ -696,14 +705,14 @@ class GRPOTrainer(LMTrainer):
         # token mean (dapo, bnpo); see core.train.make_train_step.
         train_step = make_train_step(
             loss_fn, self.optimizer, micro_batches=k, trainable=self.trainable,
-            weight_fn=(lambda inputs: jnp.sum(inputs[0].seq.completion_mask > 0))
+            weight_fn=(lambda inputs: jnp.sum(inputs[0].seq.train_mask > 0))
             if token_mean_loss else None)
 
         def update(state: GRPOTrainState, batch: GRPOBatch):
             """The mu inner steps on one batch as one scan, metrics averaged over them; all or
             nothing under the non-finite guard, and `step` advances by one."""
             extra = () if k == 1 else (
-                jnp.sum(batch.seq.completion_mask > 0).astype(jnp.float32),)
+                jnp.sum(batch.seq.train_mask > 0).astype(jnp.float32),)
             new, metrics = jax.lax.scan(lambda s, _: train_step(s, (batch, s.anchor, *extra)),
                                         state, None, length=c.mu)  # metrics: [mu] each
             finite = jnp.all(metrics.pop("finite"))
@@ -721,10 +730,10 @@ class GRPOTrainer(LMTrainer):
         def siren_entropy(p, seq: SeqBatch):
             if c.logprob_chunk:
                 _, ent, h_p = chunked(token_stats, p, seq)
-                return siren_from_entropies(h_p, ent, seq.completion_mask,
+                return siren_from_entropies(h_p, ent, seq.train_mask,
                                             quantile=c.siren_quantile, anchor=0.0,
                                             coef=0.0)[1]["siren_entropy"]
-            return siren_regularizer(logp_fn(p, seq)[0], seq.completion_mask,
+            return siren_regularizer(logp_fn(p, seq)[0], seq.train_mask,
                                      top_p=c.siren_top_p, quantile=c.siren_quantile,
                                      anchor=0.0, coef=0.0)[1]["siren_entropy"]
 
@@ -854,11 +863,14 @@ class GRPOTrainer(LMTrainer):
 
     def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,
-               t0: float | None = None) -> tuple[GRPOTrainState, dict]:
+               t0: float | None = None, behaviour_logp=None) -> tuple[GRPOTrainState, dict]:
         """The `mu` policy updates on a rollout (`rollout`'s outputs), one jitted scan; the
         metrics are their means (`finite`: all of them). `advantages` [B*G] replaces the
         configured ones (e.g. after ExIt's diversity bonus); `t0` is when the rollout started
-        (for the throughput metrics)."""
+        (for the throughput metrics). `behaviour_logp` [B*G, N]: the log-probs of the
+        parameters that generated each token when they are older than `old_logp`'s (an
+        off-policy rollout, algorithms/agent.py); each token's pg term is then weighted by
+        the truncated importance weight min(exp(old_logp - behaviour_logp), grpo.tis_cap)."""
         if self.config.entropy_reg == "siren" and float(state.anchor) == UNSET_ANCHOR:
             raise ValueError("grpo.entropy_reg='siren' needs an anchor: set grpo.siren_anchor or "
                              "pass GRPOTrainer.init_state(..., anchor=measure_anchor(...))")
@@ -871,6 +883,8 @@ class GRPOTrainer(LMTrainer):
         if self.config.tis:  # the trainer's own old log-probs; the sampler's weigh the tokens
             batch = GRPOBatch(seq, self._logp(state.params, seq), ref_logp, advantages,
                               sampler_logp=old_logp)
+        elif behaviour_logp is not None:
+            batch = GRPOBatch(seq, old_logp, ref_logp, advantages, sampler_logp=behaviour_logp)
         else:
             batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
         state, metrics = self._update(state, batch)
@@ -887,6 +901,11 @@ class GRPOTrainer(LMTrainer):
         )
         metrics.update({k: v for k, v in info.items() if k.startswith("outcome_")})
         return state, metrics
+
+    def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:
+        """Log-probs [rows, N] of `seq`'s completion tokens under `params` at the sampling
+        temperature (no gradient; grpo.logprob_micro_batch rows at a time)."""
+        return self._logp(params, seq)
 
     def group_advantages(self, rewards: np.ndarray) -> np.ndarray:
         """The configured advantages (`grpo.advantage`) of rewards [B, G], flattened to [B*G]."""

@@ -86,6 +86,9 @@ class SandboxResult:
         "memory", "output_limit", "forbidden", "error" (crash, exception, early exit).
       detail: why, in one line.
       output: the start of what the program printed (at most 2,000 characters).
+      failure: the first assert that did not hold, with the value the program gave, when the
+        program ran to the end (status "failed"), e.g. "f(5) should be 17, got 16" or
+        "f(5) should be 17, raised ZeroDivisionError"; "" otherwise.
     """
 
     passed: int
@@ -93,6 +96,7 @@ class SandboxResult:
     status: str
     detail: str = ""
     output: str = ""
+    failure: str = ""
 
     @property
     def reward(self) -> float:
@@ -290,6 +294,34 @@ def _parse_results(text: str, n_exprs: int) -> dict:
     return {"values": values, "errors": errors, "marks": marks}
 
 
+_FAILURE_VALUE_CHARS = 40  # each value's repr in SandboxResult.failure is cut to this
+
+
+def _cut(text: str, n: int = _FAILURE_VALUE_CHARS) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _failure(check: Check, exprs: Sequence[str], results: dict) -> str:
+    """One line on a check that did not hold: what it wanted and what the program gave, e.g.
+    "f(5) should be 17, got 16", "f(5) should be 17, raised ZeroDivisionError"."""
+    names = [_cut(exprs[i], 2 * _FAILURE_VALUE_CHARS) if i < len(exprs) else "?"
+             for i in check.exprs]
+    wanted = {"equal": f"should be {_cut(repr(check.expected))}",
+              "same": f"should equal {names[-1]}",
+              "true": "should be true", "false": "should be false"}[check.kind]
+    values = [_cut(repr(results["values"][i])) for i in check.exprs if i in results["values"]]
+    if len(values) == len(check.exprs):
+        return f"{names[0]} {wanted}, got {' and '.join(values)}"
+    got = []
+    for i in check.exprs:
+        if i in results["values"]:
+            got.append(f"got {_cut(repr(results['values'][i]))}")
+        else:  # an exception's name, or the reason the value was not read
+            error = results["errors"].get(i, "no value")
+            got.append(error if " " in error else f"raised {_cut(error)}")
+    return f"{names[0]} {wanted}, {' and '.join(got)}"
+
+
 def _judge(check: Check, values: dict) -> bool:
     if any(i not in values for i in check.exprs):
         return False
@@ -452,9 +484,9 @@ class SandboxPool:
         output = got[out_r].decode("utf-8", "replace")
         results = _parse_results(got[res_r].decode("utf-8", "replace"), len(exprs))
         return self._verdict(checks, results, status, said, output, out_r in over or
-                             res_r in over, limits)
+                             res_r in over, limits, exprs)
 
-    def _verdict(self, checks, results, status, said, output, over_output, limits
+    def _verdict(self, checks, results, status, said, output, over_output, limits, exprs=()
                  ) -> SandboxResult:
         total = len(checks)
         marks = results["marks"]
@@ -491,7 +523,8 @@ class SandboxPool:
             else:
                 why = "the sandbox did not start" + (f" ({' '.join(said)[:200]})" if said else "")
             return result("error", f"{why} before the tests finished")
-        passed = sum(_judge(c, results["values"]) for c in checks)
+        held = [_judge(c, results["values"]) for c in checks]
+        passed = sum(held)
         opaque = sum(c.opaque for c in checks)
         detail = f"{passed} of {total} asserts hold"
         if opaque:
@@ -499,7 +532,10 @@ class SandboxPool:
         if results["errors"]:
             first = min(results["errors"])
             detail += f"; assert {first + 1}: {results['errors'][first]}"
-        return result("ok" if passed == total else "failed", detail, passed)
+        if passed == total:
+            return result("ok", detail, passed)
+        failure = _failure(checks[held.index(False)], exprs, results)
+        return dataclasses.replace(result("failed", detail, passed), failure=failure)
 
 
 _default: list[SandboxPool] = []

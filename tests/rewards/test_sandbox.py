@@ -283,3 +283,30 @@ def test_only_four_descriptors_reach_the_program(pool):
             os.close(a)
             os.close(b)
     assert r.status == "ok", r
+
+
+def test_failure_names_the_first_failing_assert(pool):
+    """SandboxResult.failure: the first assert that did not hold and the value the program
+    gave (hand-computed here); "" when every assert holds or the program did not finish."""
+    programs = {
+        "wrong": "def f(x):\n    return x * 3\n",  # f(2) = 6
+        "second": "def f(x):\n    return 7 if x == 2 else x * 3\n",  # f(5) = 15
+        "raises": "def f(x):\n    return 7 if x == 2 else 1 // 0\n",
+        "literal left": "def f(x):\n    return x * 3 + 1 if x < 10 else 0\n",
+        "long": "def f(x):\n    return list(range(100))\n",
+        "good": GOOD,
+        "crash": "raise SystemExit(0)\n",
+    }
+    results = dict(zip(programs, pool.run(list(programs.values()), TESTS), strict=True))
+    assert results["wrong"].failure == "f(2) should be 7, got 6"
+    assert results["second"].failure == "f(5) should be 16, got 15"
+    assert results["raises"].failure == "f(5) should be 16, raised ZeroDivisionError"
+    assert results["literal left"].failure == "f(10) should be 31, got 0"
+    long = results["long"].failure
+    assert long.startswith("f(2) should be 7, got [0, 1, 2, ") and long.endswith("...")
+    assert len(long) < 80
+    assert (results["good"].status, results["good"].failure) == ("ok", "")
+    assert (results["crash"].status, results["crash"].failure) == ("error", "")
+    same = pool.run(["def f(x):\n    return x\n"], "assert f(0) == f(1)\nassert not f(1)\n")[0]
+    assert same.failure == "f(0) should equal f(1), got 0 and 1"
+    assert SandboxResult(1, 2, "failed").failure == ""  # the field is optional

@@ -1,7 +1,7 @@
 """Verifiable text tasks (arithmetic, countdown, sort, count; code, with hidden tests run in the
-sandbox; dataset-backed: gsm8k, ag_news, imdb, trivia_qa, nq_open from TFDS, jsonl and MBPP-style
-jsonl from a local file), the self-iteration prompt format and the tokenizer wrapper used by LM
-RL."""
+sandbox; tool-use tasks for agents, envs/text/tools; dataset-backed: gsm8k, ag_news, imdb,
+trivia_qa, nq_open from TFDS, jsonl and MBPP-style jsonl from a local file), the self-iteration
+prompt format and the tokenizer wrapper used by LM RL."""
 
 from jaxrl_suite.envs.text.arithmetic import ArithmeticTask
 from jaxrl_suite.envs.text.base import (
@@ -38,6 +38,13 @@ from jaxrl_suite.envs.text.tfds_tasks import (
     token_f1,
 )
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
+from jaxrl_suite.envs.text.tools import (  # tool tasks (registers them and their tools)
+    FixTestsTask,
+    RepoSearchTask,
+    ToolArithmeticTask,
+    ToolMix,
+    ToolTask,
+)
 
 __all__ = [
     "SPLITS",
@@ -49,6 +56,11 @@ __all__ = [
     "CountTask",
     "CountdownMeta",
     "CountdownTask",
+    "FixTestsTask",
+    "RepoSearchTask",
+    "ToolArithmeticTask",
+    "ToolMix",
+    "ToolTask",
     "DatasetTask",
     "Gsm8kTask",
     "MBPPTask",
