@@ -69,7 +69,7 @@ class Config:
     task: kit.TaskConfig = kit.TaskConfig(name="tool_mix", prompt_len=112)
     model: kit.ModelConfig = kit.ModelConfig()
     sft: kit.SFTConfig = kit.SFTConfig()
-    demos: int = 1536  # expert episodes of the SFT data (a fixed set, cycled)
+    demos: int = 3072  # expert episodes of the SFT data (a fixed set, cycled)
     grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=96)  # max_new_tokens: one turn
     agent: AgentConfig = AgentConfig()  # agent.tools / max_staleness are set per variant
     variants: VariantsConfig = VariantsConfig()

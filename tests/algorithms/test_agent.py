@@ -410,9 +410,9 @@ def _train(grpo, params, config, steps=3, versions=None):
 
 def test_staleness_zero_in_the_background_equals_the_synchronous_run(lm):
     _, params, grpo = lm
-    sync, m_sync, _ = _train(grpo, params, AGENT)
+    sync, m_sync, _ = _train(grpo, params, AGENT, steps=2)
     bg, m_bg, _ = _train(grpo, params, dataclasses.replace(AGENT, background=True,
-                                                           dispatcher="batch"))
+                                                           dispatcher="batch"), steps=2)
     for a, b in zip(jax.tree.leaves(sync.params), jax.tree.leaves(bg.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert [m["loss"] for m in m_sync] == [m["loss"] for m in m_bg]

@@ -14,7 +14,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     "name, unit",
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
      ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
-     ("bench_rollout", "identical"), ("bench_sandbox", "programs/s")],
+     ("bench_rollout", "identical"), ("bench_sandbox", "programs/s"), ("bench_agent", "traj/s")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import logging
 import re
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
@@ -30,6 +31,7 @@ import numpy as np
 from jaxrl_suite.envs.text.base import TASKS, Example
 from jaxrl_suite.envs.text.tools.base import TOOLS, ToolError, ToolTask, format_call
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
+from jaxrl_suite.rewards.match import string_match
 
 # ---- the generated repository ----------------------------------------------------------------
 
@@ -201,6 +203,8 @@ class RepoIndex:
 
     def __init__(self, repo: Mapping[str, str]):
         import bm25s  # deferred: a second or so of imports, only needed once a tool runs
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets itself to DEBUG
 
         entries = []
         for path, source in repo.items():
@@ -402,8 +406,7 @@ class RepoSearchTask(ToolTask):
     def score(self, completion: str, ex: Example) -> float:
         if not isinstance(completion, str):
             return 0.0
-        got = extract_answer(completion)
-        return 1.0 if got is not None and got.strip() == ex.answer else 0.0
+        return string_match(extract_answer(completion), ex.answer, normalize=str.strip)
 
     def expert_turns(self, ex: Example, *, tools: bool = True) -> list[str]:
         if not tools:

@@ -1,0 +1,66 @@
+"""The agent_tools experiment (issue 20) through the CLI at smoke size, resumed."""
+
+import json
+
+import pytest
+
+from experiments.agent_tools import VARIANTS, Config, agent_config
+from jaxrl_suite.cli import main
+from jaxrl_suite.core.metrics import read_metrics
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("agent_tools")
+    assert main(["run", "agent_tools", "--smoke", "--no-progress", "--out", str(out)]) == 0
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_smoke_run_writes_results(smoke):
+    out, summary = smoke
+    assert list(summary["variants"]) == list(VARIANTS)
+    assert set(summary["sft"]) == {"sft_tools", "sft_direct"}
+    for name in ("table.md", "success.png", "reward.png", "turns.png"):
+        assert (out / name).is_file(), name
+    for sft in summary["sft"].values():
+        assert sft["demo_success"] == 1.0  # the expert's episodes, real tools, all solved
+    assert summary["sft"]["sft_direct"]["demo_turns"] == 1.0
+    assert summary["sft"]["sft_tools"]["demo_turns"] > 2.0  # 2-3 turns a problem
+    for stats in summary["variants"].values():
+        assert 0.0 <= stats["success"]["mean"] <= 1.0
+        for kind in ("tool_arithmetic", "repo_search", "fix_tests"):
+            assert f"success/{kind}" in stats
+    assert summary["variants"]["direct"]["turns"]["mean"] == 1.0
+
+
+def test_runs_log_episode_metrics_and_staleness(smoke):
+    out, _ = smoke
+    for variant in VARIANTS:
+        recs = [r for r in read_metrics(out / "runs" / f"{variant}_s0" / "metrics.jsonl")
+                if r["stage"] == "grpo"]
+        assert [r["step"] for r in recs] == [1, 2]
+        for r in recs:
+            for k in ("reward", "turns", "format_fail_rate", "tool_error_rate", "loss"):
+                assert k in r, (variant, k)
+            assert r["max_staleness"] <= (1 if variant == "tools_async" else 0)
+    # the async run's second rollout was generated while the first update ran
+    recs = read_metrics(out / "runs" / "tools_async_s0" / "metrics.jsonl")
+    assert [r for r in recs if r.get("stage") == "grpo"][1]["stale_token_frac"] > 0
+
+
+def test_resume_reads_finished_runs_back(smoke):
+    out, summary = smoke
+    assert main(["run", "agent_tools", "--smoke", "--no-progress", "--resume", "--out",
+                 str(out)]) == 0
+    again = json.loads((out / "summary.json").read_text())
+    assert again["variants"] == summary["variants"] and again["sft"] == summary["sft"]
+
+
+def test_variants_set_the_episode_settings():
+    cfg = Config()
+    assert agent_config(cfg, "direct").tools is False
+    assert agent_config(cfg, "direct").max_turns == 1
+    assert agent_config(cfg, "tools_async").max_staleness == cfg.variants.max_staleness
+    assert agent_config(cfg, "tools") == cfg.agent
+    with pytest.raises(ValueError, match="set per variant"):
+        Config(agent=agent_config(cfg, "tools_async"))
