@@ -265,26 +265,8 @@ def _decoding(study, cfg: Config, params, long_prompt: int) -> dict:
     token budget on held-out problems (strict accuracy: every hidden test passes)."""
     s, task = cfg.search, study.lm.task
     searcher = study.lm_trainer(prompt_len=long_prompt)
-    key, calls = jax.random.PRNGKey(study.start_seed + 7), [0]
-
-    def expand_fn(states, n):
-        """n samples per state; a state longer than the search's context (lines of several
-        samples) is finished as it is: one empty, terminal sample that costs nothing."""
-        fits = [len(study.lm.tokenizer.encode(st)) <= long_prompt for st in states]
-        flat = [Example(prompt=st, answer="") for st, ok in zip(states, fits, strict=True)
-                if ok for _ in range(n)]
-        texts, lengths = searcher.sampled_completions(
-            params, flat, batch_size=s.batch_size,
-            rng=jax.random.fold_in(key, calls[0])) if flat else ([], [])
-        calls[0] += 1
-        out, i = [], 0
-        for ok in fits:
-            if not ok:
-                out.append([mcts.Sample("", 0)])
-                continue
-            out.append([mcts.Sample(texts[i + j], int(lengths[i + j])) for j in range(n)])
-            i += n
-        return out
+    expand_fn = study.expand_fn(params, prompt_len=long_prompt, batch_size=s.batch_size,
+                                rng=jax.random.PRNGKey(study.start_seed + 7))
 
     def verify(programs, problems):
         by_prompt = {e.prompt: e for e in problems}

@@ -52,14 +52,14 @@ from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
 from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh
 from jaxrl_suite.core.study import Study, check_seeds, open_run_log
-from jaxrl_suite.envs.text import TASKS, Task
+from jaxrl_suite.envs.text import TASKS, Example, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 from jaxrl_suite.models import CausalLM
 from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
 from jaxrl_suite.models.lora import apply_lora, init_lora
 from jaxrl_suite.models.sharding import check_model_mesh
-from jaxrl_suite.sampling import KVCacheSampler
+from jaxrl_suite.sampling import KVCacheSampler, mcts
 
 # Task options, passed to the task when set (None = the task's own default). A generator option
 # that the task does not take is left out (a YAML written for one task runs another with
@@ -247,13 +247,21 @@ class LMStudy(Study):
     """A `Study` of LM runs: trainers on the shared model, resumable stages, evaluation."""
 
     def __init__(self, name: str, cfg, opts: RunOptions, *, variants: Sequence[str],
-                 task: Task | None = None):
+                 task: Task | None = None, write_config: bool = True):
         super().__init__(name, opts, variants, cfg.run.seeds)
         self.cfg = cfg
         self.lm = build_lm(cfg, task)
         self.held_out = self.lm.task.examples("test", 0, cfg.eval.num_examples)
         self._samplers: dict[tuple, KVCacheSampler] = {}  # one compiled program per setting
-        self.write_config(cfg)
+        if write_config:
+            self.write_config(cfg)
+
+    def sibling(self, model: ModelConfig, variants: Sequence[str]) -> LMStudy:
+        """The same study (task, config, output directory) on another `model`, e.g. a larger
+        model trained the same way. Its runs are `variants` (names its run and checkpoint
+        directories must not share with this study's); config.json stays this study's."""
+        return LMStudy(self.name, dataclasses.replace(self.cfg, model=model), self.opts,
+                       variants=variants, task=self.lm.task, write_config=False)
 
     def sampler(self, *, greedy: bool = False, top_k: int = 0, temperature: float = 1.0,
                 top_p: float = 1.0) -> KVCacheSampler:
@@ -327,6 +335,35 @@ class LMStudy(Study):
             examples = self.lm.task.examples("train", i * batch_size, batch_size)
             sampler.distill(params, sft.solution_batch(examples), steps=1)
         return sampler.drafter_params
+
+    def expand_fn(self, params, *, prompt_len: int, batch_size: int, rng: jax.Array,
+                  finished: Callable[[str], bool] | None = None):
+        """An `expand_fn(states, n)` for `sampling.mcts`: n sampled continuations (to EOS) of
+        each state by `params`, each a `mcts.Sample(text, generated tokens)`, in fixed-size
+        batches of `batch_size` rows with key fold_in(rng, call). A state that does not fit
+        `prompt_len` tokens, or that `finished(state)` says is complete, is finished as it is:
+        one empty, terminal sample that costs nothing."""
+        trainer, tok, calls = self.lm_trainer(prompt_len=prompt_len), self.lm.tokenizer, [0]
+
+        def expand(states, n):
+            open_ = [len(tok.encode(st)) <= prompt_len and not (finished and finished(st))
+                     for st in states]
+            flat = [Example(prompt=st, answer="") for st, ok in zip(states, open_, strict=True)
+                    if ok for _ in range(n)]
+            texts, lengths = trainer.sampled_completions(
+                params, flat, batch_size=batch_size,
+                rng=jax.random.fold_in(rng, calls[0])) if flat else ([], [])
+            calls[0] += 1
+            out, i = [], 0
+            for ok in open_:
+                if not ok:
+                    out.append([mcts.Sample("", 0)])
+                    continue
+                out.append([mcts.Sample(texts[i + j], int(lengths[i + j])) for j in range(n)])
+                i += n
+            return out
+
+        return expand
 
     # ---- resumable stages ----
     def fit(self, trainer, init, *, stage: str, num_steps: int, checkpoint_dir: Path,

@@ -1,5 +1,6 @@
 """Verifiable text tasks (arithmetic, countdown, sort, count; code, with hidden tests run in the
-sandbox; tool-use tasks for agents, envs/text/tools; dataset-backed: gsm8k, ag_news, imdb,
+sandbox; plots in a checkable story world, envs/text/story;
+tool-use tasks for agents, envs/text/tools; dataset-backed: gsm8k, ag_news, imdb,
 trivia_qa, nq_open from TFDS, jsonl and MBPP-style jsonl from a local file), the self-iteration
 prompt format and the tokenizer wrapper used by LM RL."""
 
@@ -20,6 +21,7 @@ from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
+from jaxrl_suite.envs.text.story import StoryTask
 from jaxrl_suite.envs.text.tfds_tasks import (
     AgNewsTask,
     ClassificationTask,
@@ -69,6 +71,7 @@ __all__ = [
     "NqOpenTask",
     "QaTask",
     "SortTask",
+    "StoryTask",
     "Example",
     "ExampleList",
     "IterationMix",
