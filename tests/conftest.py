@@ -1,11 +1,28 @@
 """Shared test helpers."""
 
 import os
+import pathlib
 import socket
 import subprocess
 import sys
 
 import pytest
+
+# A persistent XLA compilation cache shared by the test processes (xdist workers and the
+# subprocesses that tests start inherit it through the environment): tests that build the same
+# trainer twice (a straight run and a resumed one, one device and a mesh's reference) compile
+# each program once. Most of the suite's time is compilation. The cache is keyed by the program
+# and the JAX version, so a stale entry is never used; delete .jax_cache/ to start cold.
+_CACHE = pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+if "jax" in sys.modules:  # a plugin imported JAX before this file: set the options directly
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture
