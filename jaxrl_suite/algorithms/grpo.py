@@ -253,6 +253,21 @@ class GRPOConfig:
                              f"{self.drafter_reward_tau}")
 
 
+def _check_scorer_config(c: GRPOConfig, sampler) -> None:
+    """The GRPO options that need the causal LM's exact log-probs or logits, refused with a
+    log-prob scorer (one-line errors naming the field)."""
+    if sampler is None:
+        raise ValueError("a GRPOTrainer with a scorer needs its rollout sampler (sampler=), "
+                         "e.g. a sampling.diffusion.DiffusionSampler")
+    for name, off in (("logprob_chunk", 0), ("entropy_reg", "none"),
+                      ("high_entropy_quantile", None), ("tis", False), ("sampler_dtype", None),
+                      ("train_micro_batch", 0), ("logprob_micro_batch", 0),
+                      ("rollout_micro_batch", 0), ("sampler", "static")):
+        if getattr(c, name) != off:
+            raise ValueError(f"grpo.{name}={getattr(c, name)!r} does not apply with a log-prob "
+                             f"scorer (a diffusion LM's): set it to {off!r}")
+
+
 SAMPLERS = ("static", "continuous", "speculative")  # grpo.sampler
 DRAFT_KS = (0, 1, 2, 4, 8)  # the draft lengths the speculative sampler chooses among
 # The GRPOConfig fields that only one rollout engine takes.
@@ -350,6 +365,11 @@ class GRPOBatch(NamedTuple):
     # [B*G, N] the sampler's log-probs when grpo.tis is on (old_logp then holds the trainer's
     # recomputed ones); None otherwise.
     sampler_logp: jax.Array | None = None
+    # With a stochastic log-prob scorer (a diffusion LM's, `GRPOTrainer(scorer=)`): [mu, 2]
+    # uint32 key data, one mask seed per inner iteration; old_logp / ref_logp are then
+    # [mu, B*G, N], the estimates under that iteration's masks (old_logp None when mu = 1:
+    # the current estimate, detached, as the authors do).
+    mask_keys: jax.Array | None = None
 
 
 # An entropy is >= 0, so -1 marks "no anchor" (not NaN: a multi-host `device_put` checks that
@@ -549,15 +569,24 @@ class LMTrainer:
 
 
 class SFTTrainer(LMTrainer):
-    """Teacher forcing on the task's solutions: token-level NLL of `solution + EOS`."""
+    """Teacher forcing on the task's solutions: token-level NLL of `solution + EOS`.
+
+    `objective` replaces that loss with another supervised objective of the same data that
+    needs randomness, `objective(params, seq, key) -> (loss, metrics)` with a key drawn per
+    step from the state's RNG (fold_in(rng, step)); e.g. the masked-diffusion loss of a
+    `DiffusionLM` (`algorithms.diffusion.masked_diffusion_objective`). Such an objective is a
+    mean over the whole batch, so it takes no gradient micro-batches."""
 
     def __init__(self, model, tokenizer, task, config: SFTConfig, *, mesh, prompt_len,
                  max_new_tokens, greedy_sampler: Sampler | None = None,
-                 eval_sampler: Sampler | None = None):
+                 eval_sampler: Sampler | None = None, objective=None):
         super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
                          max_new_tokens=max_new_tokens, greedy_sampler=greedy_sampler,
                          eval_sampler=eval_sampler)
         self.config = config
+        if objective is not None and (config.train_micro_batch or config.logprob_chunk):
+            raise ValueError("sft.train_micro_batch and sft.logprob_chunk do not apply to a "
+                             "custom SFT objective (a diffusion LM's): set them to 0")
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps,
             total_steps=config.schedule_steps or config.steps,
@@ -575,6 +604,16 @@ class SFTTrainer(LMTrainer):
                 logp = token_logprobs(completion_logits(model, params, seq), seq.completion)
             return sft_loss(logp, seq.train_mask)
 
+        if objective is not None:
+            step = make_train_step(lambda params, inputs: objective(params, *inputs),
+                                   self.optimizer, trainable=self.trainable)
+
+            def keyed(state: TrainState, seq: SeqBatch):
+                key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+                return step(state, (seq, key))
+
+            self._update = jit_on_mesh(keyed, keep_placement=True)
+            return
         # sft_loss is a token mean: micro-batches weigh by their token counts.
         self._update = jit_on_mesh(make_train_step(
             loss_fn, self.optimizer,
@@ -598,19 +637,32 @@ class SFTTrainer(LMTrainer):
 
 class GRPOTrainer(LMTrainer):
     """GRPO: sample G completions per prompt, score them, update the configured policy loss on
-    their advantages (`GRPOConfig.policy_loss`, `advantage`, `entropy_reg`)."""
+    their advantages (`GRPOConfig.policy_loss`, `advantage`, `entropy_reg`).
+
+    The token log-probs of the ratio and the KL are the causal LM's exact ones, unless a
+    `scorer` replaces them: `scorer(params, seq, key) -> [B*G, N]` estimates them (a masked-
+    diffusion LM's `algorithms.diffusion.DiffusionScorer`: coupled, single-mask or full-mask
+    estimates, `losses.coupled_grpo`). With a scorer, each GRPO step draws mu mask seeds from
+    the state's RNG, one per inner iteration, and the old (when mu > 1), reference and current
+    log-probs of that iteration share it (DiffuCoder's `mask_seeds`); the sampler's log-probs
+    are not used, and the estimates are of the model at temperature 1 whatever
+    grpo.temperature samples the rollouts at (as the authors' trainer)."""
 
     def __init__(self, model, tokenizer, task, config: GRPOConfig, *, mesh, prompt_len,
                  ref_params=None, sampler: Sampler | None = None,
-                 greedy_sampler: Sampler | None = None, eval_sampler: Sampler | None = None):
+                 greedy_sampler: Sampler | None = None, eval_sampler: Sampler | None = None,
+                 scorer=None):
         """`sampler` draws the rollouts (default: a `KVCacheSampler` with the config's
-        temperature, top_k and top_p); greedy_sampler / eval_sampler as in `LMTrainer`."""
+        temperature, top_k and top_p); greedy_sampler / eval_sampler as in `LMTrainer`;
+        `scorer` as in the class docstring."""
         super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
                          max_new_tokens=config.max_new_tokens, greedy_sampler=greedy_sampler,
                          eval_sampler=eval_sampler)
         if config.beta > 0 and ref_params is None:
             raise ValueError("grpo.beta > 0 needs reference params (ref_params)")
-        self.config = config
+        if scorer is not None:
+            _check_scorer_config(config, sampler)
+        self.config, self.scorer = config, scorer
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
@@ -641,6 +693,8 @@ class GRPOTrainer(LMTrainer):
             return (logp, ent, top_p_entropy(logits, p=c.siren_top_p)) if siren else (logp, ent)
 
         def seq_logp(params, seq: SeqBatch):  # [rows, N], no logits kept
+            if scorer is not None:  # one estimate under a fixed mask seed
+                return scorer(params, seq, jax.random.key(0))
             if c.logprob_chunk:
                 return chunked(token_logprobs, params, seq)
             return logp_fn(params, seq)[1]
@@ -656,6 +710,14 @@ class GRPOTrainer(LMTrainer):
             # n_tokens: [] the valid tokens of the whole batch
             batch, anchor = inputs[:2]
             mask = batch.seq.train_mask
+            if scorer is not None:  # estimated log-probs under this iteration's mask seed
+                logp = scorer(params, batch.seq, jax.random.wrap_key_data(batch.mask_keys))
+                old = jax.lax.stop_gradient(logp) if batch.old_logp is None else batch.old_logp
+                loss, metrics = policy_loss(
+                    logp, old, batch.ref_logp, batch.advantages, mask, clip_eps=c.clip_eps,
+                    clip_eps_high=c.clip_eps_high, beta=c.beta, loss_type=c.loss_type,
+                    token_weights=None, entropy_mask=None)
+                return loss, metrics
             if c.logprob_chunk:
                 logp, ent, *h_p = chunked(token_stats, params, batch.seq)
                 token_ent = jax.lax.stop_gradient(ent)  # [B*G, N], metrics/mask
@@ -713,14 +775,33 @@ class GRPOTrainer(LMTrainer):
             nothing under the non-finite guard, and `step` advances by one."""
             extra = () if k == 1 else (
                 jnp.sum(batch.seq.train_mask > 0).astype(jnp.float32),)
-            new, metrics = jax.lax.scan(lambda s, _: train_step(s, (batch, s.anchor, *extra)),
-                                        state, None, length=c.mu)  # metrics: [mu] each
+            if batch.mask_keys is None:
+                new, metrics = jax.lax.scan(
+                    lambda s, _: train_step(s, (batch, s.anchor, *extra)), state, None,
+                    length=c.mu)  # metrics: [mu] each
+            else:  # inner iteration i: mask seed i and the old / ref estimates under it
+                def inner(s, xs):
+                    key, old, ref = xs
+                    b = batch._replace(mask_keys=key, old_logp=old, ref_logp=ref)
+                    return train_step(s, (b, s.anchor, *extra))
+
+                new, metrics = jax.lax.scan(
+                    inner, state, (batch.mask_keys, batch.old_logp, batch.ref_logp))
             finite = jnp.all(metrics.pop("finite"))
             metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
             new = keep_finite(new.replace(step=state.step + 1), state, finite)
             return new, dict(metrics, finite=finite)
 
         self.update_fn = update  # pure (state, GRPOBatch) -> (state, metrics), e.g. to lower
+        if scorer is not None:
+            def mask_keys(state: GRPOTrainState):  # [mu, 2]: this step's mask seeds
+                key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+                return jax.random.key_data(jax.random.split(jax.random.fold_in(key, 1), c.mu))
+
+            self._mask_keys = jax.jit(mask_keys)
+            # [mu, rows, N]: the estimates under each mask seed, no gradient
+            self._score = jit_on_mesh(lambda p, seq, keys: jax.lax.map(
+                lambda k: scorer(p, seq, jax.random.wrap_key_data(k)), keys))
         self._update = jit_on_mesh(update, keep_placement=True)
         # Log-probs of the completions (reference; the trainer's old ones under TIS), no
         # gradient, grpo.logprob_micro_batch rows at a time.
@@ -879,6 +960,16 @@ class GRPOTrainer(LMTrainer):
             advantages = self.group_advantages(rewards)  # [B*G], the same on every process
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
+        if self.scorer is not None:
+            if behaviour_logp is not None:
+                raise ValueError("behaviour_logp (off-policy rollouts) does not apply to a "
+                                 "GRPOTrainer with a scorer")
+            keys = self._mask_keys(state)
+            batch = GRPOBatch(
+                seq, self._score(state.params, seq, keys) if self.config.mu > 1 else None,
+                self._score(self.ref_params, seq, keys) if self.config.beta > 0 else None,
+                advantages, mask_keys=keys)
+            return self._finish_update(state, batch, rewards, info, t0)
         ref_logp = self._logp(self.ref_params, seq) if self.config.beta > 0 else None
         if self.config.tis:  # the trainer's own old log-probs; the sampler's weigh the tokens
             batch = GRPOBatch(seq, self._logp(state.params, seq), ref_logp, advantages,
@@ -887,6 +978,10 @@ class GRPOTrainer(LMTrainer):
             batch = GRPOBatch(seq, old_logp, ref_logp, advantages, sampler_logp=behaviour_logp)
         else:
             batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
+        return self._finish_update(state, batch, rewards, info, t0)
+
+    def _finish_update(self, state, batch: GRPOBatch, rewards, info, t0):
+        """The jitted update on `batch`, and the step's metrics."""
         state, metrics = self._update(state, batch)
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0

@@ -199,13 +199,14 @@ def check_batches(cfg, n_devices: int) -> None:
                           f"{jax.process_count()} processes")
 
 
-def build_lm(cfg, task: Task | None = None) -> LM:
+def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
     """Tokenizer, task, mesh, model and initial params of an LM experiment's `cfg`.
 
     The params are a fresh init of `cfg.model` with the first of `cfg.run.seeds`, or the weights
     (and the tokenizer) of the local Hugging Face checkpoint `cfg.model.hf_path` when set; with
     `cfg.model.lora_rank` > 0 the model is LoRA-adapted (`models.lora.apply_lora`) and the params
-    hold the adapters too (the trainers then train the adapters alone). `cfg`
+    hold the adapters too (the trainers then train the adapters alone). `model_class` is the
+    module built on the config (`CausalLM`, or `models.diffusion_lm.DiffusionLM`). `cfg`
     needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
     `task` defaults to the one `cfg.task` names.
     """
@@ -231,7 +232,7 @@ def build_lm(cfg, task: Task | None = None) -> LM:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_batches(cfg, batch_shards(mesh))
-    model = CausalLM(model_cfg)
+    model = model_class(model_cfg)
     lora = getattr(cfg.model, "lora", None)
     if lora is not None:  # model.lora_rank > 0: adapters on a frozen base (models/lora.py)
         model = apply_lora(model, lora)
@@ -244,13 +245,17 @@ def build_lm(cfg, task: Task | None = None) -> LM:
 
 
 class LMStudy(Study):
-    """A `Study` of LM runs: trainers on the shared model, resumable stages, evaluation."""
+    """A `Study` of LM runs: trainers on the shared model, resumable stages, evaluation.
+    `model_class` is the module of the shared model (`algorithms.diffusion.DiffusionStudy`
+    sets a diffusion LM, with its own samplers and trainers)."""
+
+    model_class = CausalLM
 
     def __init__(self, name: str, cfg, opts: RunOptions, *, variants: Sequence[str],
                  task: Task | None = None, write_config: bool = True):
         super().__init__(name, opts, variants, cfg.run.seeds)
         self.cfg = cfg
-        self.lm = build_lm(cfg, task)
+        self.lm = build_lm(cfg, task, model_class=self.model_class)
         self.held_out = self.lm.task.examples("test", 0, cfg.eval.num_examples)
         self._samplers: dict[tuple, KVCacheSampler] = {}  # one compiled program per setting
         if write_config:

@@ -1,7 +1,8 @@
 """Losses and advantage estimators: pure functions of arrays returning (scalar, metrics).
 
 Registries (picked by name in a config): `POLICY_LOSSES` (grpo, gspo, cispo), `ADVANTAGES`
-(group, rloo, reinforce_pp, reinforce_pp_baseline) and `REGULARIZERS` (none, naive, siren).
+(group, rloo, reinforce_pp, reinforce_pp_baseline), `REGULARIZERS` (none, naive, siren) and
+`ESTIMATORS` (a diffusion LM's token log-prob estimators: coupled, single, full).
 """
 
 from jaxrl_suite.losses.advantages import (
@@ -18,6 +19,8 @@ from jaxrl_suite.losses.chunked import (
     project_logits,
 )
 from jaxrl_suite.losses.common import masked_mean, token_entropy, token_logprobs
+from jaxrl_suite.losses.coupled_grpo import ESTIMATORS, coupled_logprobs
+from jaxrl_suite.losses.diffusion import masked_diffusion_loss
 from jaxrl_suite.losses.distill import kd_loss, reward_weights
 from jaxrl_suite.losses.grpo import (
     POLICY_LOSSES,
@@ -34,6 +37,7 @@ from jaxrl_suite.losses.siren import REGULARIZERS
 
 __all__ = [
     "ADVANTAGES",
+    "ESTIMATORS",
     "POLICY_LOSSES",
     "REGULARIZERS",
     "aggregate",
@@ -43,6 +47,7 @@ __all__ = [
     "cispo_surrogate",
     "clipped_surrogate",
     "compose_policy_loss",
+    "coupled_logprobs",
     "dpo_loss",
     "group_advantages",
     "grpo_loss",
@@ -51,6 +56,7 @@ __all__ = [
     "k3_kl",
     "kd_loss",
     "logprobs_and_entropy",
+    "masked_diffusion_loss",
     "masked_mean",
     "orpo_loss",
     "ppo_surrogate",

@@ -1,5 +1,6 @@
 """Flax linen models."""
 
+from jaxrl_suite.models.diffusion_lm import DiffusionLM
 from jaxrl_suite.models.lm import (
     CausalLM,
     KVCache,
@@ -15,6 +16,7 @@ from jaxrl_suite.models.value import ValueLM
 
 __all__ = [
     "CausalLM",
+    "DiffusionLM",
     "KVCache",
     "LMConfig",
     "ValueLM",

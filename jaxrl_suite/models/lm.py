@@ -412,9 +412,14 @@ def _scan_blocks(config: LMConfig):
 
 
 class CausalLM(nn.Module):
-    """Decoder-only causal LM (Llama/Qwen2 style) with an optional KV cache."""
+    """Decoder-only causal LM (Llama/Qwen2 style) with an optional KV cache.
+
+    `causal` (a class attribute) is the attention pattern of a full forward: each query sees
+    the keys at or before it. `models.diffusion_lm.DiffusionLM` subclasses this module with
+    causal False (every query sees every real key), so both share every block and parameter."""
 
     config: LMConfig
+    causal = True  # not a field: a subclass sets it
 
     @nn.compact
     def __call__(
@@ -470,6 +475,10 @@ class CausalLM(nn.Module):
         if positions is None:
             positions = jnp.broadcast_to(q_slots, (b, t))
         mask = k_slots <= q_slots[..., None]  # [T, S] or [B, T, S] causal
+        if not self.causal:
+            if cache is not None:
+                raise ValueError(f"{type(self).__name__} is bidirectional: it has no KV cache")
+            mask = jnp.ones_like(mask)  # every query sees every (real) key
         mask = mask.reshape(-1, 1, *mask.shape[-2:])  # [1 or B, 1, T, S]
         if key_mask is not None:
             mask = mask & key_mask.astype(bool)[:, None, None, :]  # [B, 1, T, S]

@@ -1,8 +1,8 @@
 """An SFT step and a GRPO step on every kind of mesh equal the single-device step.
 
-Meshes (data, fsdp, tensor) = (8,1,1), (2,4,1), (2,2,2), (1,4,2) on 8 fake CPU devices: pure data
-parallelism, FSDP, FSDP x tensor parallelism. Runs in a subprocess because the host device count
-is fixed when JAX starts (XLA_FLAGS=--xla_force_host_platform_device_count=8).
+Meshes (data, fsdp, tensor) = (8,1,1), (2,2,2), (1,4,2) on 8 fake CPU devices: pure data
+parallelism, data x FSDP x tensor, FSDP x tensor parallelism. Runs in a subprocess because the
+host device count is fixed when JAX starts (XLA_FLAGS=--xla_force_host_platform_device_count=8).
 
 Each sharded state is also saved and restored (orbax) in its own placement. The steps are made to
 carry signal: two SFT steps (the first has learning rate 0 after a one-step
@@ -62,7 +62,7 @@ SCRIPT = textwrap.dedent(
 
     one = run(1, 1, 1)
     total = sum(x.nbytes for x in jax.tree.leaves(one[1]))
-    for shape in ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 4, 2)):
+    for shape in ((8, 1, 1), (2, 2, 2), (1, 4, 2)):  # data; all three axes; no data axis
         sft_p, g, losses, m, tokens = run(*shape)
         np.testing.assert_allclose(losses, one[2], rtol=1e-5)
         np.testing.assert_array_equal(tokens, one[4])  # the sampler on sharded params
