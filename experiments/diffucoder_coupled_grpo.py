@@ -13,13 +13,16 @@ decoding order less autoregressive.
     jaxrl-suite run diffucoder_coupled_grpo --resume   # a killed run continues where it stopped
 
 Stages (`DiffusionStudy`, the LM kit with a `DiffusionLM`):
-  1. one SFT checkpoint of the diffusion LM with the masked-diffusion objective on the code
-     task's solutions (`envs/text/code.py`, rewards from the sandbox);
+  0. SFT of the same-size causal LM on the code task's solutions (`envs/text/code.py`, rewards
+     from the sandbox): the reference row's start and, with init "ar_sft", the diffusion LM's
+     (DiffuCoder adapts an AR model, Qwen2.5-Coder, keeping its shift: diffusion.shift);
+  1. one SFT checkpoint of the diffusion LM with the masked-diffusion objective on the same
+     solutions;
   2. on it: held-out pass@1, the AR-ness of decoding at each of arness.temperatures, and the
      estimator variance at variance.passes forward passes per estimate;
   3. GRPO from it with each estimator of `estimators` (coupled / single / full), 3 seeds each:
      RLOO advantages, PPO-clip eps 0.5, k3 KL beta 0.01, mu mask seeds per batch;
-  4. the autoregressive reference: the same-size causal LM, SFT then GRPO with the same config
+  4. the autoregressive reference: GRPO of the causal LM from its SFT with the same config
      (`ar_reference`), on the same task.
 Writes summary.json, table.md, pass1.png, variance.png, arness.png and reward.png.
 """
@@ -49,8 +52,8 @@ AR = "ar_grpo"  # the autoregressive reference's run name
 
 @dataclasses.dataclass(frozen=True)
 class VarianceConfig:
-    completions: int = 64  # completions (sampled from the SFT model) whose estimates are scored
-    draws: int = 64  # mask draws per completion
+    completions: int = 32  # completions (sampled from the SFT model) whose estimates are scored
+    draws: int = 32  # mask draws per completion
     passes: tuple[int, ...] = (3, 6, 12)  # forward passes per estimate (multiples of 3)
 
     def __post_init__(self):
@@ -83,7 +86,10 @@ class Config:
     grpo: kit.GRPOConfig = kit.GRPOConfig(advantage="rloo", clip_eps=0.5, beta=0.01,
                                           loss_type="dapo", mu=2)
     estimators: tuple[str, ...] = ("coupled", "single", "full")  # one GRPO variant each
-    ar_reference: bool = True  # also SFT + GRPO the same-size causal LM (the reference row)
+    # The diffusion LM's start: "ar_sft" adapts the same-size causal LM after its SFT (as
+    # DiffuCoder adapts Qwen2.5-Coder; use with diffusion.shift), "scratch" a fresh init.
+    init: str = "ar_sft"
+    ar_reference: bool = True  # also GRPO the same-size causal LM from its SFT (reference row)
     variance: VarianceConfig = VarianceConfig()
     arness: ArnessConfig = ArnessConfig()
     eval: kit.EvalConfig = kit.EvalConfig(samples=4, ks=(1,))
@@ -91,6 +97,8 @@ class Config:
 
     def __post_init__(self):
         check_variants(self.estimators, ESTIMATORS, "estimators")
+        if self.init not in ("ar_sft", "scratch"):
+            raise ValueError(f"init must be 'ar_sft' or 'scratch', got {self.init!r}")
         if not self.eval.samples:
             raise ValueError("eval.samples must be > 0 (the table reports sampled pass@1)")
 
@@ -98,7 +106,10 @@ class Config:
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
     study = DiffusionStudy(NAME, cfg, opts, variants=cfg.estimators)
-    sft_params = study.shared_sft().params
+    ar = ar_sft = None
+    if cfg.init == "ar_sft" or cfg.ar_reference:
+        ar, ar_sft = _ar_sft(study, cfg, opts)
+    sft_params = study.shared_sft(params=ar_sft if cfg.init == "ar_sft" else None).params
     probe = study.grpo_trainer(cfg.grpo, sft_params)  # evaluation and rollouts of the SFT model
     arness_examples = study.held_out[: cfg.arness.examples]
 
@@ -151,7 +162,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 for kind in ("local", "global"):
                     stats[e][f"{kind}@{k}_{mode}"] = seed_stats(
                         [r[f"arness_{mode}"][f"{kind}@{k}"] for r in runs])
-    ar = _ar_reference(study, cfg, opts) if cfg.ar_reference else None
+    ar = _ar_grpo(ar, ar_sft, cfg, opts) if cfg.ar_reference else None
     first = {"SFT (diffusion start)": {**sft_eval, **_flat_arness(sft_eval, cfg)}}
     if ar is not None:
         first["SFT (autoregressive)"] = ar["sft"]
@@ -182,17 +193,22 @@ def _flat_arness(result: dict, cfg: Config) -> dict:
     return out
 
 
-def _ar_reference(study: DiffusionStudy, cfg: Config, opts: RunOptions) -> dict:
-    """The autoregressive reference: the causal LM of the same size, SFT then GRPO with the same
-    config on the same task, seeds like the diffusion runs (runs ar_grpo_sN, checkpoints
-    ar_sft and ar_grpo_sN)."""
+def _ar_sft(study: DiffusionStudy, cfg: Config, opts: RunOptions):
+    """The same-size causal LM after SFT on the same task (checkpoints/ar_sft, runs/ar_sft):
+    the diffusion LM's start with init "ar_sft", and the reference row's. Returns (its study,
+    its SFT params)."""
     ar = kit.LMStudy(NAME, cfg, opts, variants=(AR,), task=study.lm.task, write_config=False)
     ckpt = study.out_dir / "checkpoints" / "ar_sft"
     with ar.log(study.run_dir("ar_sft"), [(ckpt, 0)]) as logger:
-        sft_params = ar.sft(ar.start_seed, checkpoint_dir=ckpt, logger=logger).params
+        return ar, ar.sft(ar.start_seed, checkpoint_dir=ckpt, logger=logger).params
+
+
+def _ar_grpo(ar: kit.LMStudy, sft_params, cfg: Config, opts: RunOptions) -> dict:
+    """The autoregressive reference: GRPO of the causal LM from its SFT with the same config,
+    seeds like the diffusion runs (runs ar_grpo_sN)."""
     trainer = ar.grpo_trainer(cfg.grpo, sft_params)
-    sft_eval = study.cached(opts.out_dir / "ar_sft_eval.json",
-                            lambda: ar.evaluate(trainer, sft_params))
+    sft_eval = ar.cached(opts.out_dir / "ar_sft_eval.json",
+                         lambda: ar.evaluate(trainer, sft_params))
 
     def train(variant: str, seed: int, _) -> dict:
         t0 = time.perf_counter()

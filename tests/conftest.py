@@ -89,3 +89,17 @@ def load_hf_parity():
 def hf_parity():
     """`load_hf_parity()` for tests that take it as a fixture."""
     return load_hf_parity()
+
+
+def peaked_params(model, rng):
+    """Random params of a causal / diffusion LM perturbed by 0.1 N(0, 1) and with the embeddings
+    scaled 5x, so that the logits are far from uniform and move with the input (the default
+    init's barely do). Jit it with the model closed over."""
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    flat, unravel = ravel_pytree(model.init(rng, jnp.zeros((1, 4), jnp.int32)))
+    params = unravel(flat + 0.1 * jax.random.normal(jax.random.fold_in(rng, 1), flat.shape))
+    params["params"]["embed"]["embedding"] *= 5.0
+    return params

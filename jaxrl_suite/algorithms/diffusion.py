@@ -134,6 +134,7 @@ class DiffusionConfig:
     block_size: int = 0  # semi-autoregressive blocks (0 = one block, the whole completion)
     estimator: str = "coupled"  # the RL log-prob estimator (losses.coupled_grpo.ESTIMATORS)
     mask_eps: float = 1e-3  # the SFT objective's floor on t
+    shift: bool = False  # position i - 1 predicts token i (DiffusionLM.shift; Dream/DiffuCoder)
 
     def __post_init__(self):
         if self.order not in ORDERS:
@@ -158,6 +159,7 @@ class DiffusionStudy(LMStudy):
 
     def __init__(self, name: str, cfg, opts, *, variants, task: Task | None = None,
                  write_config: bool = True):
+        self.model_class = functools.partial(DiffusionLM, shift=cfg.diffusion.shift)
         super().__init__(name, cfg, opts, variants=variants, task=task,
                          write_config=write_config)
         d = cfg.diffusion

@@ -388,19 +388,23 @@ class LMStudy(Study):
                             tensorboard=self.opts.tensorboard)
 
     def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
-            task: Task | None = None):
-        """The SFT stage from `seed`'s initial params; returns the final SFT state."""
+            task: Task | None = None, params=None):
+        """The SFT stage from `params` (default: `seed`'s initial params); returns the final
+        SFT state."""
         sft = self.sft_trainer(task)
-        init = sft.init_state(self.lm.init_params(seed), lm_keys(seed).sft)
+        init = sft.init_state(self.lm.init_params(seed) if params is None else params,
+                              lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
                         checkpoint_dir=checkpoint_dir, logger=logger)
 
-    def shared_sft(self, task: Task | None = None):
+    def shared_sft(self, task: Task | None = None, params=None):
         """One SFT checkpoint (checkpoints/sft, logged to the study's metrics.jsonl) that every
-        run starts from, trained from the first seed."""
+        run starts from, trained from the first seed (from `params` if given, e.g. another
+        model's weights)."""
         ckpt = self.out_dir / "checkpoints" / "sft"
         with self.log(self.out_dir, [(ckpt, 0)]) as logger:
-            return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task)
+            return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task,
+                            params=params)
 
     def fit_run(self, trainer, init, variant: str, seed: int, *, num_steps: int,
                 postfix: Sequence[str] = ("reward",), stage: str = "grpo"):

@@ -5,7 +5,8 @@ LLaDA (arXiv 2502.09992) / MDLM (arXiv 2406.07524) / DiffuCoder (arXiv 2506.2063
 sees the whole corrupted sequence (bidirectional attention) and predicts, at every masked
 position, the token that was there:
 
-    logits[b, i] = f_theta(x_t)[b, i]     predicts x_0[b, i]  (LLaDA: no shift)
+    logits[b, i] = f_theta(x_t)[b, i]       predicts x_0[b, i]   (LLaDA; shift False)
+    logits[b, i - 1] = f_theta(x_t)[b, i - 1]  predicts x_0[b, i]   (Dream / DiffuCoder; shift)
 
 `DiffusionLM` is `models.lm.CausalLM` with `causal = False`: the same RMSNorm / RoPE / GQA /
 SwiGLU blocks and the same parameter tree (so an autoregressive checkpoint can start it, as
@@ -17,9 +18,10 @@ The training objective is `losses.diffusion.masked_diffusion_loss`; the decoding
 `sampling.diffusion.DiffusionSampler`; the RL log-prob estimators are in
 `losses.coupled_grpo`.
 
-DiffuCoder itself is adapted from an AR model and keeps the AR shift (position i - 1 predicts
-token i); a model trained from scratch needs no shift, so ours predicts each token at its own
-position, as LLaDA does.
+With `shift` False the model predicts each token at its own position, as LLaDA does. DiffuCoder
+(like Dream) is adapted from an autoregressive model and keeps its shift: the logits at position
+i - 1 predict token i, so an AR checkpoint's next-token head is reused as it is; the first
+completion token is predicted at the last prompt position, which is never masked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class DiffusionLM(CausalLM):
     (tokens [B, T], positions, key_mask [B, T]) -> (logits [B, T, V], None)."""
 
     mask_id: int = -1  # the mask token; -1 = config.vocab_size - 1
+    shift: bool = False  # position i - 1 predicts token i (an AR checkpoint's head), not i
     causal = False
 
     @property
@@ -69,11 +72,13 @@ def completion_inputs(prompt: jax.Array, prompt_mask: jax.Array, completion: jax
 
 def completion_logits(model: DiffusionLM, params, prompt: jax.Array, prompt_mask: jax.Array,
                       completion: jax.Array) -> jax.Array:
-    """The logits [B, N, V] at the N completion positions of [prompt | completion] (a
-    completion holding mask tokens where it is corrupted)."""
+    """The logits [B, N, V] that predict the N completion tokens of [prompt | completion] (a
+    completion holding mask tokens where it is corrupted): at the completion positions, or one
+    position earlier with `model.shift`."""
     tokens, key_mask, positions = completion_inputs(prompt, prompt_mask, completion)
     logits, _ = model.apply(params, tokens, positions=positions, key_mask=key_mask)
-    return logits[:, prompt.shape[1]:]
+    start = prompt.shape[1] - int(model.shift)
+    return logits[:, start : start + completion.shape[1]]
 
 
 __all__ = ["DiffusionLM", "LMConfig", "check_mask_token", "completion_inputs",

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.flatten_util import ravel_pytree
+from conftest import peaked_params
 
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig, init_cache
@@ -34,14 +34,8 @@ def models():
     uniform (the default init's logits barely move with the input)."""
     diffusion, causal = DiffusionLM(CFG), CausalLM(CFG)
 
-    @jax.jit
-    def init(rng):
-        flat, unravel = ravel_pytree(diffusion.init(rng, jnp.zeros((1, 4), jnp.int32)))
-        params = unravel(flat + 0.1 * jax.random.normal(jax.random.fold_in(rng, 1), flat.shape))
-        params["params"]["embed"]["embedding"] *= 5.0
-        return params
-
-    return diffusion, causal, init(jax.random.key(0))
+    params = jax.jit(lambda rng: peaked_params(diffusion, rng))(jax.random.key(0))
+    return diffusion, causal, params
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +175,9 @@ def test_completion_logits_slice_the_full_forward_at_the_completion(models, appl
     np.testing.assert_allclose(got, full[:, P:], atol=1e-5)
     # the slice is the completion's: the prompt's last position differs
     assert np.abs(got[:, 0] - full[:, P - 1]).max() > 1e-3
+    # with the AR shift (Dream / DiffuCoder) the logits one position earlier predict each token:
+    # the same forward (the shift changes no parameter), sliced from the prompt's last position
+    shifted = DiffusionLM(CFG, shift=True)
+    got_shift = np.asarray(jax.jit(lambda p, *a: completion_logits(shifted, p, *a))(
+        params, prompt, prompt_mask, completion))
+    np.testing.assert_allclose(got_shift, full[:, P - 1 : P - 1 + N], atol=1e-5)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.flatten_util import ravel_pytree
+from conftest import peaked_params
 
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.sampling import GenerateOutput, KVCacheSampler
@@ -22,10 +22,7 @@ P, N = 6, 12
 @jax.jit
 def _init(rng):
     """Random params with embeddings scaled up so logits are far from uniform."""
-    flat, unravel = ravel_pytree(MODEL.init(rng, jnp.zeros((1, 4), jnp.int32)))
-    params = unravel(flat + 0.1 * jax.random.normal(jax.random.fold_in(rng, 1), flat.shape))
-    params["params"]["embed"]["embedding"] *= 5.0
-    return params
+    return peaked_params(MODEL, rng)
 
 
 @functools.cache
