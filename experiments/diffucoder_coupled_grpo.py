@@ -197,10 +197,8 @@ def _ar_sft(study: DiffusionStudy, cfg: Config, opts: RunOptions):
     """The same-size causal LM after SFT on the same task (checkpoints/ar_sft, runs/ar_sft):
     the diffusion LM's start with init "ar_sft", and the reference row's. Returns (its study,
     its SFT params)."""
-    ar = kit.LMStudy(NAME, cfg, opts, variants=(AR,), task=study.lm.task, write_config=False)
-    ckpt = study.out_dir / "checkpoints" / "ar_sft"
-    with ar.log(study.run_dir("ar_sft"), [(ckpt, 0)]) as logger:
-        return ar, ar.sft(ar.start_seed, checkpoint_dir=ckpt, logger=logger).params
+    ar = study.sibling(cfg.model, (AR,))  # an LMStudy: the causal LM of the same config
+    return ar, ar.shared_sft(name="ar_sft").params
 
 
 def _ar_grpo(ar: kit.LMStudy, sft_params, cfg: Config, opts: RunOptions) -> dict:

@@ -264,7 +264,9 @@ class LMStudy(Study):
     def sibling(self, model: ModelConfig, variants: Sequence[str]) -> LMStudy:
         """The same study (task, config, output directory) on another `model`, e.g. a larger
         model trained the same way. Its runs are `variants` (names its run and checkpoint
-        directories must not share with this study's); config.json stays this study's."""
+        directories must not share with this study's); config.json stays this study's. It is a
+        causal-LM `LMStudy` whatever this study's model class (a `DiffusionStudy`'s AR
+        reference)."""
         return LMStudy(self.name, dataclasses.replace(self.cfg, model=model), self.opts,
                        variants=variants, task=self.lm.task, write_config=False)
 
@@ -397,12 +399,14 @@ class LMStudy(Study):
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
                         checkpoint_dir=checkpoint_dir, logger=logger)
 
-    def shared_sft(self, task: Task | None = None, params=None):
-        """One SFT checkpoint (checkpoints/sft, logged to the study's metrics.jsonl) that every
-        run starts from, trained from the first seed (from `params` if given, e.g. another
-        model's weights)."""
-        ckpt = self.out_dir / "checkpoints" / "sft"
-        with self.log(self.out_dir, [(ckpt, 0)]) as logger:
+    def shared_sft(self, task: Task | None = None, params=None, *, name: str = "sft"):
+        """One SFT checkpoint (checkpoints/NAME) that every run starts from, trained from the
+        first seed (from `params` if given, e.g. another model's weights). Logged to the study's
+        metrics.jsonl, or to runs/NAME/metrics.jsonl for another `name` (a sibling study's SFT
+        in the same output directory)."""
+        ckpt = self.out_dir / "checkpoints" / name
+        log_dir = self.out_dir if name == "sft" else self.run_dir(name)
+        with self.log(log_dir, [(ckpt, 0)]) as logger:
             return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task,
                             params=params)
 
