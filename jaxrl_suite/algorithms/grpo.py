@@ -48,6 +48,7 @@ from jaxrl_suite.core.parallel import (
     gather_rows,
     host_local,
     jit_on_mesh,
+    print0,
     process_rows,
     shard_batch,
 )
@@ -61,7 +62,7 @@ from jaxrl_suite.core.train import (
     map_rows,
 )
 from jaxrl_suite.envs.text import Example, Task, format_reward
-from jaxrl_suite.envs.text.base import outcome_fractions
+from jaxrl_suite.envs.text.base import verdict_metrics
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
     ADVANTAGES,
@@ -169,6 +170,10 @@ class GRPOConfig:
     # min(exp(logp_train_old - logp_sampler), tis_cap) (losses.policy.tis_weight).
     tis: bool = False
     tis_cap: float = 2.0
+    # Reward-hacking guard: with a task that labels its completions (Verdicts.outcomes, e.g. the
+    # predicted class), a step whose label entropy over the batch (bits) falls below this is
+    # logged as collapse=1 with a warning (0 = off; rewards.composite.collapse_report sums them).
+    collapse_entropy: float = 0.0
     # Rollout engine (issue 18), a drop-in `Sampler` with the same per-sequence keys:
     #   "static"       KVCacheSampler: every row of the rollout decoded at once;
     #   "continuous"   ContinuousSampler: `slots` KV-cache rows; refill "continuous" (a finished
@@ -194,7 +199,7 @@ class GRPOConfig:
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
                         "tis_cap")
         _check_nonnegative(self, "grpo", "rollout_micro_batch", "logprob_micro_batch",
-                           "train_micro_batch", "logprob_chunk")
+                           "train_micro_batch", "logprob_chunk", "collapse_entropy")
         _check_divides(self, "grpo", self.prompts_per_step * self.group_size,
                        "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch")
         if self.sampler_dtype not in (None, "float32", "bfloat16"):
@@ -663,6 +668,7 @@ class GRPOTrainer(LMTrainer):
         if scorer is not None:
             _check_scorer_config(config, sampler)
         self.config, self.scorer = config, scorer
+        self._collapsed = False  # the reward-hacking guard's last verdict (grpo.collapse_entropy)
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
@@ -867,16 +873,18 @@ class GRPOTrainer(LMTrainer):
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         verdicts = self.task.verify_batch(texts, group)
+        # the task's designed reward where it has one, else correctness + format
+        designed = verdicts.rewards or [None] * len(texts)
         per_row = gather_rows(np.array([  # [B*G, 3]: reward, correct, length
-            [s + c.format_weight * format_reward(t), s == 1.0, m.sum()]
-            for s, t, m in zip(verdicts.scores, texts, mask, strict=True)
+            [s + c.format_weight * format_reward(t) if r is None else r, s == 1.0, m.sum()]
+            for s, r, t, m in zip(verdicts.scores, designed, texts, mask, strict=True)
         ], np.float32))
         rewards = per_row[:, 0].reshape(len(examples), g)
         seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
                 "tokens": int(per_row[:, 2].sum())}
         if jax.process_count() == 1:  # this process's rows (the whole batch on one host)
-            info.update(outcome_fractions(verdicts))
+            info.update(verdict_metrics(verdicts))
         return seq, out.logprobs, rewards, info
 
     def _sample(self, params, encoded, prompt, prompt_mask, key, first_row: int = 0
@@ -994,7 +1002,15 @@ class GRPOTrainer(LMTrainer):
             length=info["length"], tokens=float(info["tokens"]),
             tokens_per_s=info["tokens"] / dt, gen_time=t_gen, update_time=dt - t_gen,
         )
-        metrics.update({k: v for k, v in info.items() if k.startswith("outcome_")})
+        metrics.update({k: v for k, v in info.items() if k.startswith(("outcome_", "reward_"))})
+        threshold = self.config.collapse_entropy
+        if threshold > 0 and "outcome_entropy" in info:  # the reward-hacking guard
+            metrics["collapse"] = float(info["outcome_entropy"] < threshold)
+            if metrics["collapse"] and not self._collapsed:  # warn when it starts
+                print0(f"WARNING: step {int(state.step)}: the entropy of the predicted classes "
+                       f"over the batch is {info['outcome_entropy']:.3f} bits, below "
+                       f"grpo.collapse_entropy={threshold} (policy collapse / reward hacking?)")
+            self._collapsed = bool(metrics["collapse"])
         return state, metrics
 
     def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:

@@ -16,6 +16,7 @@ from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
 from jaxrl_suite.core.config import ConfigError, from_dict
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
+from jaxrl_suite.envs.text.base import Verdicts
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.losses import ADVANTAGES, POLICY_LOSSES, REGULARIZERS
 from jaxrl_suite.models import CausalLM, LMConfig
@@ -154,3 +155,39 @@ def test_cispo_step_with_reinforce_pp_is_the_weighted_log_prob(setup):
     assert m["pg_loss"] == pytest.approx(want, rel=1e-4)
     assert m["clip_frac"] == 0.0 and m["ratio"] == pytest.approx(1.0, abs=1e-5)
     assert int(new.step) == 1 and m["grad_norm"] > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignedRewardTask(AlnumTask):
+    """A task with its own training reward (Verdicts.rewards) and logged components: reward =
+    10 * alnum share - 3, labelled by whether the completion starts with a digit."""
+
+    def verify_batch(self, completions, examples):
+        scores = [self.score(c, e) for c, e in zip(completions, examples, strict=True)]
+        return Verdicts(scores, ["digit" if c[:1].isdigit() else "other" for c in completions],
+                        rewards=[10 * s - 3 for s in scores],
+                        components={"alnum": scores, "const": [1.0] * len(scores)})
+
+
+def test_a_designed_reward_replaces_score_plus_format_and_its_components_are_logged(grpo):
+    trainer, state = grpo
+    task = DesignedRewardTask(digits=1)
+    designed = trainer.with_task(task)
+    examples = trainer.batch(0)
+    key = jax.random.PRNGKey(7)
+    seq, _, plain, _ = trainer.rollout(state, examples, key=key)
+    seq2, old_logp, rewards, info = designed.rollout(state, examples, key=key)
+    np.testing.assert_array_equal(seq.completion, seq2.completion)  # the same samples
+    np.testing.assert_allclose(rewards, 10 * plain - 3, rtol=1e-5, atol=1e-5)
+    assert info["reward_alnum"] == pytest.approx(plain.mean(), abs=1e-6)
+    assert info["reward_const"] == 1.0
+    digit = info.get("outcome_digit", 0.0)
+    assert digit + info.get("outcome_other", 0.0) == pytest.approx(1.0)
+    want = 0.0 if digit in (0.0, 1.0) else -(digit * np.log2(digit)
+                                             + (1 - digit) * np.log2(1 - digit))
+    assert info["outcome_entropy"] == pytest.approx(want)
+    _, m = designed.update(state, seq2, old_logp, rewards, info)
+    assert m["reward"] == pytest.approx(rewards.mean())
+    assert (m["reward_alnum"], m["outcome_entropy"]) == (info["reward_alnum"],
+                                                         info["outcome_entropy"])
+    assert "collapse" not in m  # grpo.collapse_entropy = 0: the guard is off

@@ -4,7 +4,7 @@ verifier `verify_batch` and its outcome counts."""
 import pytest
 
 from jaxrl_suite.envs.text import ExampleList, make_task
-from jaxrl_suite.envs.text.base import Verdicts, outcome_fractions
+from jaxrl_suite.envs.text.base import Verdicts, label_entropy, outcome_fractions, verdict_metrics
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +53,23 @@ def test_outcome_fractions():
     v = Verdicts([0.0, 1.0, 0.0, 0.5], ["syntax", "ok", "timeout", "failed"])
     assert outcome_fractions(v) == {"outcome_failed": 0.25, "outcome_ok": 0.25,
                                     "outcome_syntax": 0.25, "outcome_timeout": 0.25}
+
+
+def test_label_entropy_in_bits():
+    assert label_entropy([]) == 0.0
+    assert label_entropy(["rejected"] * 7) == 0.0  # a collapsed batch
+    assert label_entropy(["a", "b"] * 3) == pytest.approx(1.0)
+    assert label_entropy(["a", "b", "c", "d"]) == pytest.approx(2.0)
+    # 3 : 1 -> -(0.75 log2 0.75 + 0.25 log2 0.25), computed by hand: 0.811278...
+    assert label_entropy(["x", "x", "x", "y"]) == pytest.approx(0.8112781245)
+
+
+def test_verdict_metrics_log_outcomes_their_entropy_and_reward_components():
+    v = Verdicts([1.0, 0.0, 0.0, 0.0], ["selected", "rejected", "rejected", "invalid"],
+                 rewards=[2.0, -1.0, 0.5, -1.0],
+                 components={"decision": [1.0, 0.0, 0.0, 0.0], "length": [0.0, -0.2, 0.0, 0.0]})
+    m = verdict_metrics(v)
+    assert m == pytest.approx({
+        "outcome_invalid": 0.25, "outcome_rejected": 0.5, "outcome_selected": 0.25,
+        "outcome_entropy": 1.5, "reward_decision": 0.25, "reward_length": -0.05})
+    assert verdict_metrics(Verdicts([1.0])) == {}

@@ -46,11 +46,19 @@ class Example:
 
 
 class Verdicts(NamedTuple):
-    """A verifier's answer on a batch: `scores` in [0, 1] and, where the task has them, one
-    outcome label per completion (e.g. the sandbox's status), counted in the trainers' metrics."""
+    """A verifier's answer on a batch: `scores` in [0, 1] (correctness; 1.0 counts as solved)
+    and, where the task has them:
+      outcomes: one label per completion (the sandbox's status, a classifier's predicted class),
+        counted in the trainers' metrics (`outcome_fractions`, `label_entropy`);
+      rewards: the task's designed training reward per completion (AEPO's exploration reward, a
+        composite reward), which replaces score + grpo.format_weight * format_reward in GRPO;
+      components: named per-completion parts of that reward, each logged as its batch mean
+        ("reward_<name>")."""
 
     scores: list[float]
     outcomes: list[str] | None = None
+    rewards: list[float] | None = None
+    components: dict[str, list[float]] | None = None
 
 
 def outcome_fractions(verdicts: Verdicts) -> dict[str, float]:
@@ -59,6 +67,28 @@ def outcome_fractions(verdicts: Verdicts) -> dict[str, float]:
         return {}
     n = len(verdicts.outcomes)
     return {f"outcome_{k}": verdicts.outcomes.count(k) / n for k in sorted(set(verdicts.outcomes))}
+
+
+def verdict_metrics(verdicts: Verdicts) -> dict[str, float]:
+    """A batch's verdicts as metrics: `outcome_fractions`, "outcome_entropy" (`label_entropy` of
+    the outcome labels) and the mean of each reward component ("reward_<name>")."""
+    out = outcome_fractions(verdicts)
+    if verdicts.outcomes:
+        out["outcome_entropy"] = label_entropy(verdicts.outcomes)
+    for k, v in (verdicts.components or {}).items():
+        out[f"reward_{k}"] = float(np.mean(v)) if len(v) else 0.0
+    return out
+
+
+def label_entropy(labels: Sequence[str]) -> float:
+    """Entropy in bits of the empirical distribution of `labels` (0.0 for an empty list):
+    H = -sum_c p_c log2 p_c with p_c the share of label c. A batch whose predictions all fall in
+    one class scores 0; two balanced classes score 1."""
+    if not labels:
+        return 0.0
+    _, counts = np.unique(np.asarray(labels, dtype=object).astype(str), return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
 
 
 def _split_id(split: str) -> int:
@@ -200,6 +230,8 @@ __all__ = [
     "answer_tags",
     "extract_answer",
     "format_reward",
+    "label_entropy",
+    "verdict_metrics",
     "make_task",
     "outcome_fractions",
 ]
