@@ -1,5 +1,7 @@
 """Verifiable rewards on decoded text: answer format, exact / numeric / list matches, SQuAD EM
-and F1, and safe arithmetic expressions. Plain Python on `str`, run between jitted calls.
+and F1, safe arithmetic expressions, AEPO's adaptive exploration reward (aepo.py) and the
+composite screening reward with its collapse report (composite.py). Plain Python on `str`, run
+between jitted calls.
 
 A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
 refuse inputs over a length cap) and never raise on a `str`; a malformed answer scores 0.0. The
@@ -7,6 +9,13 @@ text tasks (`envs.text`) build their `score` from them. This package imports not
 `core`, so any layer may use it.
 """
 
+from jaxrl_suite.rewards.aepo import aepo_reward, aepo_text_reward, parse_points
+from jaxrl_suite.rewards.composite import (
+    CompositeConfig,
+    collapse_report,
+    composite_components,
+    parse_screening,
+)
 from jaxrl_suite.rewards.expression import (
     MAX_EXPRESSION_CHARS,
     MAX_PAREN_DEPTH,
@@ -36,6 +45,7 @@ from jaxrl_suite.rewards.qa import QA_METRICS, exact_match, normalize_answer, to
 
 __all__ = [
     "ANSWER_CLOSE",
+    "CompositeConfig",
     "ANSWER_OPEN",
     "MAX_EXPRESSION_CHARS",
     "MAX_INT_DIGITS",
@@ -43,8 +53,12 @@ __all__ = [
     "MAX_PAREN_DEPTH",
     "QA_METRICS",
     "Matcher",
+    "aepo_reward",
+    "aepo_text_reward",
     "answer_tags",
     "best_match",
+    "collapse_report",
+    "composite_components",
     "exact_match",
     "expression_reward",
     "extract_answer",
@@ -55,6 +69,8 @@ __all__ = [
     "parse_expression",
     "parse_number",
     "parse_numbers",
+    "parse_points",
+    "parse_screening",
     "positional_matches",
     "string_match",
     "token_f1",

@@ -1,6 +1,7 @@
 """Verifiable text tasks (arithmetic, countdown, sort, count; code, with hidden tests run in the
 sandbox; plots in a checkable story world, envs/text/story;
-tool-use tasks for agents, envs/text/tools; dataset-backed: gsm8k, ag_news, imdb,
+tool-use tasks for agents, envs/text/tools; GUI grounding, gui.py (AEPO); resume screening,
+screening.py; topic classification, topics.py (GenCLS++); dataset-backed: gsm8k, ag_news, imdb,
 trivia_qa, nq_open from TFDS, jsonl and MBPP-style jsonl from a local file), the self-iteration
 prompt format and the tokenizer wrapper used by LM RL."""
 
@@ -19,7 +20,9 @@ from jaxrl_suite.envs.text.base import (
 from jaxrl_suite.envs.text.code import CodeTask, MBPPTask
 from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
+from jaxrl_suite.envs.text.gui import GuiTask
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
+from jaxrl_suite.envs.text.screening import ScreeningTask
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
 from jaxrl_suite.envs.text.story import StoryTask
 from jaxrl_suite.envs.text.tfds_tasks import (
@@ -47,6 +50,7 @@ from jaxrl_suite.envs.text.tools import (  # tool tasks (registers them and thei
     ToolMix,
     ToolTask,
 )
+from jaxrl_suite.envs.text.topics import TopicsTask
 
 __all__ = [
     "SPLITS",
@@ -65,11 +69,13 @@ __all__ = [
     "ToolTask",
     "DatasetTask",
     "Gsm8kTask",
+    "GuiTask",
     "MBPPTask",
     "ImdbTask",
     "JsonlTask",
     "NqOpenTask",
     "QaTask",
+    "ScreeningTask",
     "SortTask",
     "StoryTask",
     "Example",
@@ -78,6 +84,7 @@ __all__ = [
     "Task",
     "TfdsTask",
     "Tokenizer",
+    "TopicsTask",
     "TriviaQaTask",
     "answer_tags",
     "clear_dataset_cache",

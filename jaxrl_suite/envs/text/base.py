@@ -88,7 +88,7 @@ def label_entropy(labels: Sequence[str]) -> float:
         return 0.0
     _, counts = np.unique(np.asarray(labels, dtype=object).astype(str), return_counts=True)
     p = counts / counts.sum()
-    return float(-(p * np.log2(p)).sum())
+    return float(-(p * np.log2(p)).sum()) + 0.0  # + 0.0: one class gives 0.0, not -0.0
 
 
 def _split_id(split: str) -> int:
