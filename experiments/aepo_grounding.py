@@ -7,7 +7,7 @@ malformed, empty or collinear list) and trained with RLOO advantages, improves g
 first-point accuracy over naive RLVR (one point, a binary hit reward) by up to 9 % relative,
 most on the semantic / generalisation benchmarks.
 
-    jaxrl-suite run aepo_grounding              # full size (about 20 minutes on 2 CPU cores)
+    jaxrl-suite run aepo_grounding              # full size (not yet measured: see docs/aepo.md)
     jaxrl-suite run aepo_grounding --smoke      # seconds; what the tests run
     jaxrl-suite run aepo_grounding --resume     # a killed run continues where it stopped
 

@@ -4,7 +4,7 @@ Claims checked (GenCLS++, arXiv 2504.19898): (a) RL with the rule reward after a
 adds on average +3.46 % accuracy over SFT alone; (b) classification is better without an
 explicit reasoning span before the label.
 
-    jaxrl-suite run gencls_strategies               # full size (about 20 minutes on a 2-core CPU)
+    jaxrl-suite run gencls_strategies               # full size (36 min on a busy 2-core CPU)
     jaxrl-suite run gencls_strategies --smoke       # seconds; what the tests run
     jaxrl-suite run gencls_strategies --resume      # a killed run continues where it stopped
     jaxrl-suite run gencls_strategies --set task.name=ag_news task.data_dir=~/tensorflow_datasets

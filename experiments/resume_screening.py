@@ -8,7 +8,7 @@ the reward, collapsing to an "excessively negative" policy, while a gentle weigh
 alone. The paper's own numbers (91 % accuracy, SELECTED recall 0.85, precision 1.0, on its data)
 are quoted for comparison, not expected on this generated task.
 
-    jaxrl-suite run resume_screening              # full size (about 20 minutes on a 2-core CPU)
+    jaxrl-suite run resume_screening              # full size (37 min on a busy 2-core CPU)
     jaxrl-suite run resume_screening --smoke      # seconds; what the tests run
     jaxrl-suite run resume_screening --resume     # a killed run continues where it stopped
 
