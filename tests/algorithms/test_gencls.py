@@ -5,6 +5,7 @@ against direct log-prob sums, the rule reward, lengths, ag_news on mock TFDS dat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter
 from typing import ClassVar
@@ -239,12 +240,21 @@ def ppl_setup():
     return tok, model, params, task, trainer
 
 
+@functools.cache
+def _forward(model):
+    return jax.jit(model.apply)
+
+
 def _direct_logprob(tok, model, params, prompt: str, completion: str) -> tuple[float, int]:
-    """Sum of log pi(y_t | x, y_<t) over `completion` + EOS by one unpadded forward pass."""
+    """Sum of log pi(y_t | x, y_<t) over `completion` + EOS by one forward pass of the sequence
+    starting at position 0, padded on the RIGHT to 128 tokens (one compiled shape; the model is
+    causal, so the padding after the sequence cannot change its log-probs; the trainer pads
+    prompts on the left instead)."""
     x, y = tok.encode(prompt), tok.encode(completion) + [tok.eos_id]
-    tokens = jnp.asarray([x + y], jnp.int32)
-    logits = model.apply(params, tokens)[0][0]  # [T, V]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    tokens = np.full((1, 128), tok.pad_id, np.int32)
+    tokens[0, : len(x) + len(y)] = x + y
+    logits = _forward(model)(params, jnp.asarray(tokens))[0][0]  # [T, V]
+    logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1))  # index on host
     return float(sum(logp[len(x) - 1 + t, y[t]] for t in range(len(y)))), len(y)
 
 
