@@ -53,8 +53,6 @@ from jaxrl_suite.envs.text.tools.base import (
     ToolOutput,
     ToolTask,
     Turn,
-    format_observation,
-    parse_turn,
     run_tool,
 )
 from jaxrl_suite.sampling.base import Sampler
@@ -121,6 +119,10 @@ class Episode:
     final: str = ""  # the text the task scores: the answer turn, else the last model turn
     score: float = 0.0
     outcome: str | None = None
+    # An episode-level reward (`AgentTrainer(episode_reward=...)`) that replaces `score` as
+    # the training reward, and its named parts (logged as reward_<name>).
+    reward: float | None = None
+    components: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def init_episode(task: ToolTask, example: Example) -> Any:
@@ -137,6 +139,21 @@ def score_episode(task: ToolTask, final: str, example: Example) -> tuple[float, 
         return 0.0, f"verifier_error:{type(e).__name__}"
     outcome = verdicts.outcomes[0] if verdicts.outcomes else None
     return float(verdicts.scores[0]), outcome
+
+
+def episode_segments(ep: Episode, tokenizer: Tokenizer) -> list[tuple[bool, str]]:
+    """An episode's text in order as (written by the policy?, text) segments: the prompt
+    (False), then each model turn (True; a turn ends at its EOS) and each observation (False).
+    Episode-level rewards read them, e.g. the s3 searcher's selected documents."""
+    out: list[tuple[bool, str]] = [(False, ep.example.prompt)]
+    run: list[int] = []
+    for i, (tok, mine) in enumerate(zip(ep.tokens, ep.policy, strict=True)):
+        run.append(tok)
+        nxt = ep.policy[i + 1] if i + 1 < len(ep.tokens) else None
+        if nxt != mine or (mine and tok == tokenizer.eos_id):
+            out.append((mine, tokenizer.decode(run)))
+            run = []
+    return out
 
 
 def delayed(delay: float, fn: Callable, *args):
@@ -228,7 +245,7 @@ class EpisodeRunner:
         ep.versions += [version] * len(tokens)
         ep.turns += 1
         text = self.tokenizer.decode(tokens)
-        turn = parse_turn(text)
+        turn = self.task.parse_turn(text)
         if turn.kind == "answer" or ep.truncated or ep.turns >= self.config.max_turns:
             ep.final, ep.pending = text, "reward"
             if turn.kind == "malformed":
@@ -258,7 +275,7 @@ class EpisodeRunner:
     def _observe(self, ep: Episode, text: str, last_turn: str) -> None:
         """Append an observation; the episode goes back to the LM, or to its reward when the
         sequence is full."""
-        obs = self.tokenizer.encode(format_observation(text[: self.config.obs_chars]))
+        obs = self.tokenizer.encode(self.task.observation(text[: self.config.obs_chars]))
         room = self.config.episode_tokens - len(ep.tokens)
         if len(obs) >= room:  # no room left for another turn
             ep.truncated = True
@@ -282,7 +299,7 @@ class EpisodeRunner:
     def collate(self, episodes: Sequence[Episode]):
         """Host arrays of finished episodes in the GRPO layout: (SeqBatch with loss_mask =
         the policy's tokens, behaviour log-probs [R, N], versions [R, N] (-1 off the policy's
-        tokens), scores [R])."""
+        tokens), rewards [R]: each episode's `reward`, or its `score` when it has none)."""
         r, n = len(episodes), self.config.episode_tokens
         prompt, prompt_mask = self.tokenizer.encode_batch(
             [ep.example.prompt for ep in episodes], self.prompt_len)
@@ -295,13 +312,15 @@ class EpisodeRunner:
             loss_mask[i, :t], logp[i, :t] = ep.policy, ep.logprobs
             versions[i, :t] = ep.versions
         seq = SeqBatch(prompt, prompt_mask, tokens, mask, loss_mask)
-        return seq, logp, versions, np.array([ep.score for ep in episodes], np.float32)
+        rewards = [ep.score if ep.reward is None else ep.reward for ep in episodes]
+        return seq, logp, versions, np.array(rewards, np.float32)
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Success (score == 1), mean score, turns, tool calls per episode, format-failure rate
     (malformed turns / model turns), tool-error rate (failed calls / calls), the share of
-    episodes cut by the token budget, and the outcome labels' shares."""
+    episodes cut by the token budget, the outcome labels' shares, and where episodes have an
+    episode-level reward its mean ("reward") and its components' means ("reward_<name>")."""
     turns = sum(ep.turns for ep in episodes)
     calls = sum(ep.tool_calls for ep in episodes)
     n = max(len(episodes), 1)
@@ -318,6 +337,12 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     labels = [ep.outcome for ep in episodes if ep.outcome]
     for k in sorted(set(labels)):
         out[f"outcome_{k}"] = labels.count(k) / n
+    rewarded = [ep for ep in episodes if ep.reward is not None]
+    if rewarded:
+        out["reward"] = sum(ep.reward for ep in rewarded) / len(rewarded)
+    for k in sorted({k for ep in episodes for k in ep.components}):
+        vals = [ep.components[k] for ep in episodes if k in ep.components]
+        out[f"reward_{k}"] = sum(vals) / len(vals)
     return out
 
 
@@ -419,15 +444,23 @@ class AgentTrainer:
     `GRPOTrainer.update` on their trajectories (loss mask = the policy's tokens) with the
     episode scores as rewards. With agent.max_staleness = s > 0 the rollouts of the next s
     steps are generated in a background thread while this one updates (see the module
-    docstring); `close()` stops it. Follows the `fit` protocol."""
+    docstring); `close()` stops it. Follows the `fit` protocol.
+
+    episode_reward(episodes): an optional episode-level reward, called on each finished batch
+    of episodes (training rollouts and `episodes`/`evaluate`) before it is used; it may set
+    each episode's `score`, `reward` (the training reward, when it is not the score) and
+    `components`. For rewards that need the whole trajectory (`episode_segments`) or a model
+    (the s3 searcher's frozen generator), which the per-episode reward stage cannot run."""
 
     def __init__(self, grpo: GRPOTrainer, config: AgentConfig, *, executor=None,
-                 reward_executor=None, dispatcher: Callable | None = None):
+                 reward_executor=None, dispatcher: Callable | None = None,
+                 episode_reward: Callable[[list[Episode]], None] | None = None):
         from jaxrl_suite.algorithms.dispatch import DISPATCH, make_executor
 
         if not isinstance(grpo.task, ToolTask):
             raise ValueError(f"AgentTrainer needs a ToolTask, got {type(grpo.task).__name__}")
         self.grpo, self.config = grpo, config
+        self.episode_reward = episode_reward
         self.executor = executor or make_executor(config.executor, config.workers)
         self.reward_executor = reward_executor or make_executor(config.executor, config.workers)
         self._own = [e for e, given in ((self.executor, executor),
@@ -476,7 +509,10 @@ class AgentTrainer:
         g = self.grpo.config.group_size
         t0 = time.perf_counter()
         episodes = self.runner.episodes(examples, g, first_uid=step * len(examples) * g)
-        return self.run_episodes(self.runner, episodes), time.perf_counter() - t0
+        episodes = self.run_episodes(self.runner, episodes)
+        if self.episode_reward is not None:
+            self.episode_reward(episodes)
+        return episodes, time.perf_counter() - t0
 
     def _worker(self) -> None:
         """The background rollout thread: job j starts once version >= j - max_staleness."""
@@ -567,7 +603,10 @@ class AgentTrainer:
         """One finished episode per example with `params`, by the trainer's greedy sampler
         (or `sampler`), through the configured dispatcher."""
         runner = self.make_runner(sampler or self.grpo.greedy_sampler, lambda: (params, -1))
-        return self.run_episodes(runner, runner.episodes(examples, 1, first_uid=0))
+        episodes = self.run_episodes(runner, runner.episodes(examples, 1, first_uid=0))
+        if self.episode_reward is not None:
+            self.episode_reward(episodes)
+        return episodes
 
     def evaluate(self, params, examples: Sequence[Example], *, sampler: Sampler | None = None
                  ) -> dict[str, float]:
@@ -594,6 +633,7 @@ __all__ = [
     "ParamStore",
     "delayed",
     "episode_metrics",
+    "episode_segments",
     "expert_episodes",
     "init_episode",
     "score_episode",

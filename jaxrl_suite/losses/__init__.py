@@ -2,7 +2,8 @@
 
 Registries (picked by name in a config): `POLICY_LOSSES` (grpo, gspo, cispo), `ADVANTAGES`
 (group, rloo, reinforce_pp, reinforce_pp_baseline), `REGULARIZERS` (none, naive, siren) and
-`ESTIMATORS` (a diffusion LM's token log-prob estimators: coupled, single, full).
+`ESTIMATORS` (a diffusion LM's token log-prob estimators: coupled, single, full) and
+`W2S_LOSSES` (weak-to-strong student losses: xent, logconf, product).
 """
 
 from jaxrl_suite.losses.advantages import (
@@ -34,12 +35,20 @@ from jaxrl_suite.losses.grpo import (
 from jaxrl_suite.losses.policy import aggregate, clipped_surrogate, importance_ratio, k3_kl
 from jaxrl_suite.losses.preference import dpo_loss, orpo_loss
 from jaxrl_suite.losses.siren import REGULARIZERS
+from jaxrl_suite.losses.w2s import (
+    W2S_LOSSES,
+    logconf_loss,
+    performance_gap_recovered,
+    product_loss,
+    xent_w2s_loss,
+)
 
 __all__ = [
     "ADVANTAGES",
     "ESTIMATORS",
     "POLICY_LOSSES",
     "REGULARIZERS",
+    "W2S_LOSSES",
     "aggregate",
     "chunked_logprobs_and_entropy",
     "chunked_token_map",
@@ -55,11 +64,14 @@ __all__ = [
     "importance_ratio",
     "k3_kl",
     "kd_loss",
+    "logconf_loss",
     "logprobs_and_entropy",
     "masked_diffusion_loss",
     "masked_mean",
     "orpo_loss",
+    "performance_gap_recovered",
     "ppo_surrogate",
+    "product_loss",
     "project_logits",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
@@ -67,4 +79,5 @@ __all__ = [
     "rloo_advantages",
     "token_entropy",
     "token_logprobs",
+    "xent_w2s_loss",
 ]

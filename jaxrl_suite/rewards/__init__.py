@@ -1,6 +1,7 @@
 """Verifiable rewards on decoded text: answer format, exact / numeric / list matches, SQuAD EM
 and F1, safe arithmetic expressions, AEPO's adaptive exploration reward (aepo.py) and the
-composite screening reward with its collapse report (composite.py). Plain Python on `str`, run
+composite screening reward with its collapse report (composite.py), and s3's searcher format,
+document selection and Gain-Beyond-RAG rewards (gbr.py). Plain Python on `str`, run
 between jitted calls.
 
 A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
@@ -29,6 +30,13 @@ from jaxrl_suite.rewards.format import (
     extract_answer,
     format_reward,
 )
+from jaxrl_suite.rewards.gbr import (
+    SEARCH_REWARDS,
+    parse_search_turn,
+    passage_recall,
+    search_reward,
+    selected_documents,
+)
 from jaxrl_suite.rewards.match import (
     MAX_INT_DIGITS,
     MAX_NUMBER_CHARS,
@@ -41,7 +49,13 @@ from jaxrl_suite.rewards.match import (
     positional_matches,
     string_match,
 )
-from jaxrl_suite.rewards.qa import QA_METRICS, exact_match, normalize_answer, token_f1
+from jaxrl_suite.rewards.qa import (
+    QA_METRICS,
+    exact_match,
+    normalize_answer,
+    span_match,
+    token_f1,
+)
 
 __all__ = [
     "ANSWER_CLOSE",
@@ -52,6 +66,7 @@ __all__ = [
     "MAX_NUMBER_CHARS",
     "MAX_PAREN_DEPTH",
     "QA_METRICS",
+    "SEARCH_REWARDS",
     "Matcher",
     "aepo_reward",
     "aepo_text_reward",
@@ -71,7 +86,12 @@ __all__ = [
     "parse_numbers",
     "parse_points",
     "parse_screening",
+    "parse_search_turn",
+    "passage_recall",
     "positional_matches",
+    "search_reward",
+    "selected_documents",
+    "span_match",
     "string_match",
     "token_f1",
 ]

@@ -6,7 +6,10 @@ normalize(s) = lowercase, remove punctuation, remove the articles a/an/the, coll
 EM = 1[normalize(pred) == normalize(gold)]; F1 over the multisets of normalised tokens, with the
 SQuAD v2.0 script's convention (Rajpurkar, Jia, Liang, arXiv 1806.03822) when a side has no
 tokens. Against several accepted answers, take the best (`rewards.match.best_match`).
-`QA_METRICS` holds both by the names QA tasks take in their config ("em", "f1").
+`span_match` is the answer-containment check of retrieval-augmented QA (DPR's `has_answers`, as
+s3 scores its generator): the normalised gold appears as a run of whole tokens in the normalised
+prediction. `QA_METRICS` holds them by the names QA tasks take in their config ("em", "f1",
+"span").
 """
 
 from __future__ import annotations
@@ -54,8 +57,22 @@ def token_f1(prediction: str | None, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def span_match(prediction: str | None, gold: str) -> float:
+    """1.0 iff the normalised gold's tokens occur as a contiguous run of the normalised
+    prediction's tokens ("born in Veldor ." contains "veldor"; "Veldoria" does not), else 0.0.
+    A gold with no tokens, or a None prediction, scores 0.0."""
+    if prediction is None:
+        return 0.0
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    n = len(ref)
+    if not n:
+        return 0.0
+    return float(any(pred[i: i + n] == ref for i in range(len(pred) - n + 1)))
+
+
 QA_METRICS: Registry[Matcher] = Registry("QA metric")
 QA_METRICS.register("em", exact_match)
 QA_METRICS.register("f1", token_f1)
+QA_METRICS.register("span", span_match)
 
-__all__ = ["QA_METRICS", "exact_match", "normalize_answer", "token_f1"]
+__all__ = ["QA_METRICS", "exact_match", "normalize_answer", "span_match", "token_f1"]

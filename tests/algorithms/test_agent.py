@@ -21,6 +21,7 @@ from jaxrl_suite.algorithms.agent import (
     EpisodeRunner,
     EpisodeSFT,
     episode_metrics,
+    episode_segments,
     expert_episodes,
 )
 from jaxrl_suite.algorithms.dispatch import Latency, async_batch, async_pipeline, lm_rows
@@ -40,6 +41,7 @@ from jaxrl_suite.envs.text.tools.base import (
     TOOLS,
     ToolError,
     ToolTask,
+    Turn,
     format_call,
     format_observation,
 )
@@ -301,6 +303,55 @@ def test_expert_episodes_use_the_real_tools_and_score_one(threads):
     runner_d, _ = _runner({}, direct, task)
     assert all(ep.turns == 1 and ep.score == 1.0 for ep in expert_episodes(
         runner_d, task.examples("train", 0, 2)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TerseAddTask(AddTask):
+    """AddTask in its own turn format: "add A B" calls the tool, "= N" answers; observations
+    are "{N}"."""
+
+    name: ClassVar[str] = "test_terse_add_task"
+
+    def parse_turn(self, text):
+        words = text.split()
+        if len(words) == 3 and words[0] == "add" and all(w.isdigit() for w in words[1:]):
+            return Turn("tool", name="test_add", args={"a": int(words[1]), "b": int(words[2])})
+        if words[:1] == ["="]:
+            return Turn("answer", answer=" ".join(words[1:]))
+        return Turn("malformed", error="say 'add A B' or '= N'")
+
+    def observation(self, text):
+        return "{" + text + "}"
+
+    def score(self, completion, ex):
+        return float(completion.strip() == f"= {ex.answer}")
+
+
+def test_a_task_owns_its_turn_format_and_an_episode_reward_replaces_the_score(threads):
+    task = TerseAddTask()
+    ex = task.example("train", 0)
+    a, b = ex.meta
+    script = {0: [f"add {a} {b}", "hmm", f"= {a + b}"], 1: [f"= {a + b + 1}"]}
+    runner, _ = _runner(script, AgentConfig(max_turns=3, episode_tokens=200), task)
+    eps = async_batch(runner, runner.episodes([ex], 2, 0), threads, concurrency=2)
+    good, wrong = eps
+    assert (good.score, good.turns, good.tool_calls, good.format_errors) == (1.0, 3, 1, 1)
+    assert wrong.score == 0.0 and wrong.turns == 1
+    # the trajectory as segments: prompt, then turns (True) and observations (False) in order
+    assert episode_segments(good, TOK) == [
+        (False, ex.prompt), (True, f"add {a} {b}"), (False, "{" + str(a + b) + "}"),
+        (True, "hmm"), (False, "{error: say 'add A B' or '= N'}"), (True, f"= {a + b}")]
+    assert episode_segments(wrong, TOK) == [(False, ex.prompt), (True, f"= {a + b + 1}")]
+
+    def reward(episodes):  # an episode-level reward: fewer turns earn more
+        for ep in episodes:
+            ep.reward = ep.score - 0.25 * ep.turns
+            ep.components = {"turns": float(ep.turns)}
+
+    reward(eps)
+    assert runner.collate(eps)[3].tolist() == [0.25, -0.25]  # the rewards, not the scores
+    m = episode_metrics(eps)
+    assert m["reward"] == 0.0 and m["reward_turns"] == 2.0 and m["success"] == 0.5
 
 
 # ------------------------------------------------------------------- the GRPO update

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxrl_suite.core.registry import UnknownNameError
-from jaxrl_suite.rewards import QA_METRICS, exact_match, normalize_answer, token_f1
+from jaxrl_suite.rewards import QA_METRICS, exact_match, normalize_answer, span_match, token_f1
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -51,10 +51,24 @@ def test_token_f1_hand_worked():
     assert token_f1(None, "x") == 0.0
 
 
+def test_span_match_hand_worked():
+    # normalised "born in veldor" holds the gold "veldor" as a whole token
+    assert span_match("She was born in Veldor.", "veldor") == 1.0
+    assert span_match("Veldoria", "Veldor") == 0.0  # a prefix of a token is not the token
+    assert span_match("new york city", "New York") == 1.0  # a two-token run
+    assert span_match("york new", "New York") == 0.0  # in the wrong order
+    assert span_match("the answer: Port-Ell", "port ell") == 0.0  # "portell" vs "port ell"
+    assert span_match("the answer: Port Ell!", "Port-Ell") == 0.0  # gold "portell"
+    assert span_match("Port-Ell", "Port-Ell") == 1.0
+    assert span_match("anything", "the") == 0.0 and span_match(None, "x") == 0.0
+    assert span_match("", "x") == 0.0
+
+
 def test_qa_metrics_registry():
-    assert QA_METRICS.names() == ["em", "f1"]
+    assert QA_METRICS.names() == ["em", "f1", "span"]
     assert QA_METRICS.get("em") is exact_match and QA_METRICS.get("f1") is token_f1
-    with pytest.raises(UnknownNameError, match="'bleu'.*em, f1"):
+    assert QA_METRICS.get("span") is span_match
+    with pytest.raises(UnknownNameError, match="'bleu'.*em, f1, span"):
         QA_METRICS.get("bleu")
 
 
@@ -71,3 +85,11 @@ def _reference_normalize(text: str) -> str:
 @given(st.text(alphabet=_ASCII, max_size=60))
 def test_normalize_answer_matches_token_reference(text):
     assert normalize_answer(text) == _reference_normalize(text)
+
+
+@given(st.text(alphabet="ab .,-", max_size=24), st.text(alphabet="ab .,-", max_size=8))
+def test_span_match_equals_padded_substring_reference(prediction, gold):
+    # Independent formulation: a run of whole tokens is a substring of the space-padded texts.
+    pred, ref = _reference_normalize(prediction), _reference_normalize(gold)
+    want = float(bool(ref) and f" {ref} " in f" {pred} ")
+    assert span_match(prediction, gold) == want

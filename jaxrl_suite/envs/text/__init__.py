@@ -1,9 +1,11 @@
 """Verifiable text tasks (arithmetic, countdown, sort, count; code, with hidden tests run in the
 sandbox; plots in a checkable story world, envs/text/story;
 tool-use tasks for agents, envs/text/tools; GUI grounding, gui.py (AEPO); resume screening,
-screening.py; topic classification, topics.py (GenCLS++); dataset-backed: gsm8k, ag_news, imdb,
-trivia_qa, nq_open from TFDS, jsonl and MBPP-style jsonl from a local file), the self-iteration
-prompt format and the tokenizer wrapper used by LM RL."""
+screening.py; topic classification, topics.py (GenCLS++); multi-hop QA over a generated fact
+world, facts.py, and s3's searcher and reader tasks over it, search.py; dataset-backed: gsm8k,
+ag_news, imdb, trivia_qa, nq_open from TFDS, jsonl and MBPP-style jsonl from a local file), BM25
+passage retrieval (retrieval.py), the self-iteration prompt format and the tokenizer wrapper
+used by LM RL."""
 
 from jaxrl_suite.envs.text.arithmetic import ArithmeticTask
 from jaxrl_suite.envs.text.base import (
@@ -20,9 +22,12 @@ from jaxrl_suite.envs.text.base import (
 from jaxrl_suite.envs.text.code import CodeTask, MBPPTask
 from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
+from jaxrl_suite.envs.text.facts import FactsQATask, FactWorld, naive_topk, world_retriever
 from jaxrl_suite.envs.text.gui import GuiTask
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
+from jaxrl_suite.envs.text.retrieval import Retriever
 from jaxrl_suite.envs.text.screening import ScreeningTask
+from jaxrl_suite.envs.text.search import ReaderTask, SearchTask
 from jaxrl_suite.envs.text.sort import SortTask, parse_numbers
 from jaxrl_suite.envs.text.story import StoryTask
 from jaxrl_suite.envs.text.tfds_tasks import (
@@ -62,6 +67,8 @@ __all__ = [
     "CountTask",
     "CountdownMeta",
     "CountdownTask",
+    "FactWorld",
+    "FactsQATask",
     "FixTestsTask",
     "RepoSearchTask",
     "ToolArithmeticTask",
@@ -75,7 +82,10 @@ __all__ = [
     "JsonlTask",
     "NqOpenTask",
     "QaTask",
+    "ReaderTask",
+    "Retriever",
     "ScreeningTask",
+    "SearchTask",
     "SortTask",
     "StoryTask",
     "Example",
@@ -94,10 +104,12 @@ __all__ = [
     "iteration_prompt",
     "load_tokenizer",
     "make_task",
+    "naive_topk",
     "normalize_answer",
     "parse_expression",
     "parse_number",
     "parse_numbers",
     "previous_answer",
     "token_f1",
+    "world_retriever",
 ]

@@ -137,12 +137,26 @@ class ToolTask(Task):
     expert_turns(ex, tools): the scripted expert's model turns, the last one an <answer>; the
       SFT demonstrations are these turns with the real tools' observations between them. With
       tools=False, the single direct-answer turn of the no-tools baseline.
+    parse_turn(text), observation(text): the turn and observation formats (defaults: the
+      <tool>/<answer>/<result> format above).
     `solution(ex)` is the final answer turn (what a direct answer should say)."""
 
     tools: ClassVar[tuple[str, ...]] = ()
 
     def tool_context(self, ex: Example) -> Any:
         return ex.meta
+
+    def parse_turn(self, text: str) -> Turn:
+        """Reads one model turn (default: the <tool>/<answer> format, `parse_turn`). A task
+        with its own turn format (the s3 searcher's <query>/<search_complete> tags) maps it
+        onto `Turn`: "tool" (run `name` on `args`), "answer" (the episode ends) or
+        "malformed". Must never raise."""
+        return parse_turn(text)
+
+    def observation(self, text: str) -> str:
+        """A tool's output as it is appended to the trajectory (default <result>text</result>,
+        `format_observation`)."""
+        return format_observation(text)
 
     @abc.abstractmethod
     def expert_turns(self, ex: Example, *, tools: bool = True) -> list[str]:

@@ -10,7 +10,8 @@ noun, another adjective or qualifier), so a query needs the distinguishing words
 one `Entry` per class, function and method, with its qualified name ("stats.Table.merge_spans"
 = module stem + class + name), path, line span, docstring and source. `RepoIndex.search` ranks
 exact ids first (the qualified name, or a unique bare name), then substrings of the qualified
-names, then BM25 (`bm25s`) over the name parts, docstring and source tokens.
+names, then BM25 (`bm25s`) over the name parts, docstring and source tokens
+(`envs.text.retrieval.tokenize`).
 
 The tool's context is a problem's repository parameters (seed, n_modules, entities_per_module);
 it regenerates the repository and caches its index per process (`repo_index`).
@@ -29,6 +30,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example
+from jaxrl_suite.envs.text.retrieval import STOPWORDS, tokenize
 from jaxrl_suite.envs.text.tools.base import TOOLS, ToolError, ToolTask, format_call
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 from jaxrl_suite.rewards.match import string_match
@@ -148,31 +150,6 @@ def generate_repo(seed: int, n_modules: int = 4, entities_per_module: int = 6) -
 
 
 # ---- the index ------------------------------------------------------------------------------
-
-_STOPWORDS = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
-    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
-    "they", "this", "to", "was", "will", "with",  # bm25s' STOPWORDS_EN
-))
-_WORD_RE = re.compile(r"[a-z0-9]+")
-
-
-def _stem(word: str) -> str:
-    """Harman's S-stemmer: plural and third-person -s forms onto the base ("merges" -> "merge",
-    "entries" -> "entry"; "class", "status" unchanged)."""
-    if word.endswith("ies") and not word.endswith(("eies", "aies")):
-        return word[:-3] + "y"
-    if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
-        return word[:-1]
-    if word.endswith("s") and not word.endswith(("us", "ss")) and len(word) > 3:
-        return word[:-1]
-    return word
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase alphanumeric words (so `_` and `.` split names), stopwords removed, stemmed."""
-    return [_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOPWORDS]
-
 
 class Entry(NamedTuple):
     """One indexed class, function or method.
@@ -348,7 +325,7 @@ def expert_query(entry: Entry) -> str:
     """The expert's query: the content words of the target's docstring, e.g. "Merges stale
     spans in place." -> "merges stale spans place"."""
     words = re.findall(r"[A-Za-z0-9]+", entry.docstring.lower())
-    return " ".join(w for w in words if w not in _STOPWORDS)
+    return " ".join(w for w in words if w not in STOPWORDS)
 
 
 def describe(entry: Entry) -> str:

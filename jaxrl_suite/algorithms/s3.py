@@ -1,0 +1,127 @@
+"""s3: a searcher trained by RL for a frozen generator, rewarded by Gain Beyond RAG.
+
+Jiang et al. 2025, "s3: You Don't Need That Much Data to Train a Search Agent via RL",
+arXiv 2505.14146 (code: pat-jj/s3). The searcher's episodes are tool-use episodes
+(`algorithms.agent`) of a `envs.text.search.SearchTask`; `SearchReward` is their episode-level
+reward (`AgentTrainer(episode_reward=...)`): for each finished episode it
+
+  1. reads the documents the searcher handed over from the episode's text
+     (`rewards.gbr.selected_documents`: <important_info> selections of the environment's
+     <information> blocks, at most `max_docs` of them, in order);
+  2. asks the frozen generator (an `LMTrainer` with its params; greedy) to answer the question
+     from them (`envs.text.search.reader_prompt`), in fixed-size batches;
+  3. scores the answer: Acc = `rewards.qa.span_match` of the gold entity;
+  4. sets the episode's score (Acc, so `success` is the generation accuracy), its training
+     reward by `kind` (`rewards.gbr.search_reward`: gbr, gbr_acc, acc or recall) and the
+     components acc, acc_naive, gbr, recall, docs, selected, queries.
+
+Acc(D_naive), the generator's accuracy from the naive top-k retrieval on the raw question, is
+computed once per question and cached (`naive_accuracy`); the experiment also uses it to drop
+the training questions naive RAG already answers, as the authors do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxrl_suite.algorithms.agent import Episode, episode_segments
+from jaxrl_suite.algorithms.grpo import LMTrainer
+from jaxrl_suite.envs.text.base import Example
+from jaxrl_suite.envs.text.search import SearchTask, reader_prompt
+from jaxrl_suite.rewards.gbr import (
+    SEARCH_REWARDS,
+    Selection,
+    passage_recall,
+    search_reward,
+    selected_documents,
+)
+from jaxrl_suite.rewards.qa import span_match
+
+
+class SearchReward:
+    """The s3 episode reward (module docstring).
+
+    task: the searcher's `SearchTask` (its world, top_k, max_select); reader: an `LMTrainer` of
+    the generator (its tokenizer, prompt length and greedy sampler); params: the generator's
+    frozen params; kind: the reward (`rewards.gbr.SEARCH_REWARDS`); unselected: "all" (the
+    authors: a block no turn selected from gives all its documents) or "none"; max_docs: the
+    generator's context cap; batch_size: rows of one generator call."""
+
+    def __init__(self, task: SearchTask, reader: LMTrainer, params, *, kind: str = "gbr",
+                 unselected: str = "all", max_docs: int = 8, batch_size: int = 64):
+        if kind not in SEARCH_REWARDS:
+            raise ValueError(f"s3 reward kind must be one of {SEARCH_REWARDS.names()}, got "
+                             f"{kind!r}")
+        if unselected not in ("all", "none"):
+            raise ValueError(f"unselected must be 'all' or 'none', got {unselected!r}")
+        if max_docs < 1 or batch_size < 1:
+            raise ValueError(f"max_docs and batch_size must be >= 1, got {max_docs}, "
+                             f"{batch_size}")
+        self.task, self.reader, self.params = task, reader, params
+        self.kind, self.unselected = kind, unselected
+        self.max_docs, self.batch_size = max_docs, batch_size
+        self._naive: dict[int, float] = {}
+
+    # ---- the generator ----
+    def answers(self, questions: Sequence[int], documents: Sequence[Sequence[str]]
+                ) -> list[str]:
+        """The generator's greedy answers to world.questions[q] from each document list."""
+        world = self.task.world
+        examples = [Example(prompt=reader_prompt(world.questions[q].text, docs),
+                            answer=world.questions[q].answer)
+                    for q, docs in zip(questions, documents, strict=True)]
+        if not examples:
+            return []
+        texts, _ = self.reader.greedy_completions(self.params, examples,
+                                                  batch_size=self.batch_size)
+        return texts
+
+    def accuracy(self, questions: Sequence[int], documents: Sequence[Sequence[str]]
+                 ) -> np.ndarray:
+        """Acc: 1.0 where the generator's answer from the documents holds the gold entity."""
+        world = self.task.world
+        texts = self.answers(questions, documents)
+        return np.array([span_match(t, world.questions[q].answer)
+                         for t, q in zip(texts, questions, strict=True)], np.float32)
+
+    def naive_documents(self, question: int) -> list[str]:
+        world = self.task.world
+        return [world.passages[i] for i in self.task.naive(question)][: self.max_docs]
+
+    def naive_accuracy(self, questions: Sequence[int]) -> np.ndarray:
+        """Acc(D_naive) per question, computed once per question (cached)."""
+        todo = list(dict.fromkeys(q for q in questions if q not in self._naive))
+        if todo:
+            acc = self.accuracy(todo, [self.naive_documents(q) for q in todo])
+            self._naive.update(zip(todo, acc.tolist(), strict=True))
+        return np.array([self._naive[q] for q in questions], np.float32)
+
+    # ---- the episode reward ----
+    def selection(self, ep: Episode) -> Selection:
+        """The documents episode `ep` hands the generator (cut to max_docs)."""
+        sel = selected_documents(episode_segments(ep, self.reader.tokenizer),
+                                 top_k=self.task.top_k, max_select=self.task.max_select,
+                                 unselected=self.unselected)
+        return sel._replace(documents=sel.documents[: self.max_docs])
+
+    def __call__(self, episodes: Sequence[Episode]) -> None:
+        if not episodes:
+            return
+        world = self.task.world
+        questions = [ep.example.meta[0] for ep in episodes]
+        selections = [self.selection(ep) for ep in episodes]
+        acc = self.accuracy(questions, [s.documents for s in selections])
+        naive = self.naive_accuracy(questions)
+        for ep, q, sel, a, n in zip(episodes, questions, selections, acc, naive, strict=True):
+            gold = [world.passages[g] for g in world.questions[q].gold]
+            recall = passage_recall(sel.documents, gold)
+            ep.score = float(a)
+            ep.reward = search_reward(self.kind, float(a), float(n), recall)
+            ep.components = {"acc": float(a), "acc_naive": float(n), "gbr": float(a - n),
+                             "recall": recall, "docs": float(len(sel.documents)),
+                             "selected": float(sel.selected), "queries": float(sel.queries)}
+
+
+__all__ = ["SearchReward"]
