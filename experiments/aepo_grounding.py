@@ -7,13 +7,14 @@ malformed, empty or collinear list) and trained with RLOO advantages, improves g
 first-point accuracy over naive RLVR (one point, a binary hit reward) by up to 9 % relative,
 most on the semantic / generalisation benchmarks.
 
-    jaxrl-suite run aepo_grounding              # full size (not yet measured: see docs/aepo.md)
+    jaxrl-suite run aepo_grounding              # full size (about 45 min: see docs/aepo.md)
     jaxrl-suite run aepo_grounding --smoke      # seconds; what the tests run
     jaxrl-suite run aepo_grounding --resume     # a killed run continues where it stopped
 
-The task (`envs/text/gui.py`): a screen of 5-6 typed, labelled boxes in a 100 x 100 grid and an
-instruction that names one by its function ("store edits" -> the save / apply / commit button),
-among look-alike labels and same-family distractors. Stages:
+The task (`envs/text/gui.py`): a screen of 3 typed, labelled boxes (the gui section; the task's
+default is 5-6) in a 100 x 100 grid and an instruction that names one by its function ("store
+edits" -> the save / apply / commit button), among look-alike labels and same-family
+distractors. Stages:
   1. one SFT checkpoint on a 50/50 mix of the two answer modes ("point:" -> one point,
      "points:" -> 1-3 points, correct first), so both variants start from the same weights;
   2. its greedy first-point accuracy on two held-out splits (new screens with seen phrasings;
@@ -53,8 +54,8 @@ EXPLORE = ("mean_n", "hit_any", "first_hit", "format")  # sampled-rollout statis
 
 @dataclasses.dataclass(frozen=True)
 class GuiConfig:
-    min_elements: int = 5  # elements per screen: min_elements..max_elements (3..8)
-    max_elements: int = 6
+    min_elements: int = 3  # elements per screen: min_elements..max_elements (3..8)
+    max_elements: int = 3
     max_screen_chars: int = 128  # longer screens are redrawn (bounds the prompt length)
 
     def __post_init__(self):
