@@ -19,7 +19,7 @@ NAMES = {"grpo_arithmetic", "carl_generalization", "space_curriculum", "elmur_tm
          "elmur_popgym", "siren_entropy", "oppo_offline_pref", "exit_self_improve",
          "rollout_efficiency", "rest_rl_code", "agent_tools", "cosmos_mcts_orpo",
          "diffucoder_coupled_grpo", "aepo_grounding", "gencls_strategies", "resume_screening",
-         "s3_search"}
+         "s3_search", "weak_to_strong"}
 
 
 def test_entry_points_register_every_experiment_with_its_shipped_config():

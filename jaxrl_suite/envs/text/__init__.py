@@ -22,6 +22,7 @@ from jaxrl_suite.envs.text.base import (
 from jaxrl_suite.envs.text.code import CodeTask, MBPPTask
 from jaxrl_suite.envs.text.count import CountTask
 from jaxrl_suite.envs.text.countdown import CountdownMeta, CountdownTask, parse_expression
+from jaxrl_suite.envs.text.dialects import DialectsTask
 from jaxrl_suite.envs.text.facts import FactsQATask, FactWorld, naive_topk, world_retriever
 from jaxrl_suite.envs.text.gui import GuiTask
 from jaxrl_suite.envs.text.iteration import IterationMix, iteration_prompt, previous_answer
@@ -67,6 +68,7 @@ __all__ = [
     "CountTask",
     "CountdownMeta",
     "CountdownTask",
+    "DialectsTask",
     "FactWorld",
     "FactsQATask",
     "FixTestsTask",
