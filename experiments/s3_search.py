@@ -217,7 +217,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                          f"{len(unsolved)} training questions naive RAG does not answer; make "
                          f"facts.n_people larger")
     pools = {n: tuple(unsolved[:n]) for n in cfg.variants.sizes}
-    rest = [q for q in train_ids if q not in set(pools[largest])]
+    in_pools = set(pools[largest])
+    rest = [q for q in train_ids if q not in in_pools]
     sft_task = search_task(cfg, pool=tuple(rest[: cfg.search.sft_questions]))
     naive_rag = float(np.mean(naive["test"]))
     print0(f"[{NAME}] naive RAG: held-out accuracy {naive_rag:.3f}; training questions it "

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +43,7 @@ import numpy as np
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import w2s
 from jaxrl_suite.algorithms.ppo import seed_keys
+from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
@@ -103,10 +103,11 @@ class RunConfig:
         for pair in self.pairs:
             parts = pair.split(":")
             try:
-                assert len(parts) == 2
+                if len(parts) != 2:
+                    raise ValueError(pair)
                 for p in parts:
                     w2s.parse_size(p, 8)
-            except (AssertionError, ValueError):
+            except ValueError:
                 raise ValueError(f"run.pairs: {pair!r} is not 'WEAK:STRONG' with sizes "
                                  "'LAYERSxWIDTH' (e.g. '1x32:2x64')") from None
         if self.log_every < 1:
@@ -144,15 +145,21 @@ def _log(study: Study, unit: str, stages: dict[str, dict], every: int) -> None:
     logger.close()
 
 
-def _save_tree(path, tree) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(flax.serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
+def _save_params(directory, params) -> None:
+    """The params as one orbax checkpoint (step 0) under `directory` (`core.checkpoint`)."""
+    ckpt = Checkpointer(directory, keep=1)
+    ckpt.save(0, params, force=True)
+    ckpt.close()
 
 
-def _load_tree(path):
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: rerun without --resume")
-    return flax.serialization.msgpack_restore(path.read_bytes())
+def _load_params(directory, template):
+    """The params `_save_params` wrote, in the structure of `template`; a missing checkpoint is
+    a one-line `CheckpointNotFoundError`."""
+    ckpt = Checkpointer(directory, keep=1)
+    try:
+        return ckpt.restore(template)[0]
+    finally:
+        ckpt.close()
 
 
 def _claims(pgr: dict[str, dict[str, dict[str, list[float]]]]) -> dict:
@@ -214,6 +221,9 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
     def per_seed(x):
         return jax.tree.map(lambda v: jnp.broadcast_to(v, (len(rc.seeds), *v.shape)), x)
 
+    def template(size):  # the structure of a pretrained checkpoint, to restore into
+        return w2s.init_params(lm(size), jax.random.key(0), dc.seq_len)
+
     def fresh(size, seed_offset):
         return jax.vmap(lambda k: w2s.init_params(lm(size), k, dc.seq_len))(
             jax.random.split(jax.random.key(seed_offset + rc.seeds[0]), len(rc.seeds)))
@@ -238,7 +248,7 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
         pre = w2s.make_pretrain(cfg.pretrain, lm(size))
         params, m = jax.jit(pre)(jax.random.key(10_000 + rc.seeds[0]), data.corpus.tokens,
                                  data.corpus.mask)
-        _save_tree(study.checkpoint_dir(unit) / "params.msgpack", params)
+        _save_params(study.checkpoint_dir(unit), params)
         _log(study, unit, {"pretrain": {k: v[None] for k, v in m.items()}}, rc.log_every)
         loss = np.asarray(m["loss"])
         k = max(1, len(loss) // 10)
@@ -248,8 +258,8 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
     def ceiling_unit(unit):
         size = unit.rsplit("_", 1)[1]
         t = time.perf_counter()
-        pre = _load_tree(study.checkpoint_dir(f"{task_name}/pretrain_{size}") /
-                         "params.msgpack")
+        pre = _load_params(study.checkpoint_dir(f"{task_name}/pretrain_{size}"),
+                           template(size))
         onehot = per_seed(w2s.one_hot_targets(B.labels))
         params, m = fit(size, cfg.strong, "xent", per_seed(pre), B, onehot)
         result = {"accuracy": test_acc(size, params)}
@@ -264,8 +274,8 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
     def pair_unit(unit):
         weak, strong = _pair(unit.split("/", 1)[1].replace("_to_", ":"))
         t = time.perf_counter()
-        pre = _load_tree(study.checkpoint_dir(f"{task_name}/pretrain_{strong}") /
-                         "params.msgpack")
+        pre = _load_params(study.checkpoint_dir(f"{task_name}/pretrain_{strong}"),
+                           template(strong))
         labels = np.load(study.checkpoint_dir(f"{task_name}/weak_{weak}") /
                          "weak_labels.npy")  # [S, N_B, 2]
         result, stages = {}, {}

@@ -9,6 +9,7 @@ import pytest
 
 from experiments.weak_to_strong import _claims
 from jaxrl_suite.cli import main
+from jaxrl_suite.core.checkpoint import Checkpointer
 
 SMOKE = ["--smoke", "--no-progress"]
 PAIR = "1x16:1x16"
@@ -37,7 +38,7 @@ def test_summary_pgr_is_the_formula_of_the_accuracies(smoke):
     # the units' results are what the summary reports
     weak = json.loads((out / "runs" / "dialects" / "weak_1x16" / "result.json").read_text())
     assert weak["accuracy"] == list(acc["weak"]) and weak["seeds"] == [0, 1]
-    assert (out / "checkpoints" / "dialects" / "pretrain_1x16" / "params.msgpack").is_file()
+    assert Checkpointer(out / "checkpoints" / "dialects" / "pretrain_1x16").all_steps() == [0]
     assert np.load(out / "checkpoints" / "dialects" / "weak_1x16" / "weak_labels.npy").shape == (
         2, 16, 2)
     assert "scratch_accuracy" in task["ceiling"]["1x16"]
