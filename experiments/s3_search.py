@@ -73,11 +73,11 @@ LABELS = {"success": "accuracy", "reward_gbr": "gain over RAG", "reward_recall":
 
 @dataclasses.dataclass(frozen=True)
 class GeneratorConfig:
-    model: kit.ModelConfig = kit.ModelConfig(d_model=128, n_layers=4, n_heads=4, n_kv_heads=4,
-                                             d_ff=512, max_len=384)
+    model: kit.ModelConfig = kit.ModelConfig(vocab_size=1024, d_model=128, n_layers=4,
+                                             n_heads=4, n_kv_heads=4, d_ff=512, max_len=208)
     sft: kit.SFTConfig = kit.SFTConfig(steps=1500, batch_size=32, lr=2e-3)
-    prompt_len: int = 368  # documents + question
-    max_new_tokens: int = 12  # the answer
+    prompt_len: int = 200  # documents + question
+    max_new_tokens: int = 8  # the answer
     max_docs: int = 8  # documents in its context (training contexts hold 2..max_docs)
     batch_size: int = 64  # rows of one generator call
 
@@ -120,22 +120,22 @@ class VariantsConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     # the searcher's task is built from the facts and search sections (task.name: s3_search)
-    task: kit.TaskConfig = kit.TaskConfig(name="s3_search", prompt_len=384)
+    task: kit.TaskConfig = kit.TaskConfig(name="s3_search", prompt_len=160)
     facts: FactWorld = FactWorld(n_people=1800, n_first_names=120, n_cities=150,
                                  n_countries=20, n_companies=120)
     search: SearchConfig = SearchConfig()
-    model: kit.ModelConfig = kit.ModelConfig(max_len=1536)  # the searcher
+    model: kit.ModelConfig = kit.ModelConfig(vocab_size=1024, max_len=608)  # the searcher
     sft: kit.SFTConfig = kit.SFTConfig(steps=400, batch_size=16, lr=2e-3)
     demos: int = 1024  # expert episodes of the searcher's SFT (cycled)
     grpo: kit.GRPOConfig = kit.GRPOConfig(steps=30, prompts_per_step=8, group_size=4,
-                                          max_new_tokens=112, lr=2e-4)
-    agent: AgentConfig = AgentConfig(max_turns=3, episode_tokens=1024, obs_chars=400,
+                                          max_new_tokens=40, lr=2e-4)
+    agent: AgentConfig = AgentConfig(max_turns=3, episode_tokens=400, obs_chars=400,
                                      executor="thread")
     generator: GeneratorConfig = GeneratorConfig()
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=128, batch_size=32)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1,
-                                       checkpoint_every=10)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), tokenizer="bpe:1024",
+                                       keep_checkpoints=1, checkpoint_every=10)
 
     def __post_init__(self):
         if self.task.name != SearchTask.name:
@@ -200,8 +200,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     print0(f"[{NAME}] generator: {format_numbers(gen_eval)}")
 
     def reward_fn(kind: str, run_task: SearchTask) -> SearchReward:
-        return SearchReward(run_task, reader, gen_params, kind=kind,
-                            unselected=cfg.search.unselected, max_docs=g.max_docs,
+        return SearchReward(run_task, reader, gen_params, tokenizer=study.lm.tokenizer,
+                            kind=kind, unselected=cfg.search.unselected, max_docs=g.max_docs,
                             batch_size=g.batch_size)
 
     probe = reward_fn("gbr", task)

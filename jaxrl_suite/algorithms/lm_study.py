@@ -133,8 +133,9 @@ class EvalConfig:
 class RunConfig:
     seeds: tuple[int, ...] = (0,)  # one run per seed of each variant; a shared start (e.g. the
     # SFT checkpoint every variant starts from) is seeded with the first
-    tokenizer: str = "byt5"  # "byt5" (bytes, no files) or a local HF tokenizer dir (model.hf_path
-    # brings its own tokenizer, which replaces this one)
+    tokenizer: str = "byt5"  # "byt5" (bytes, no files), "bpe:N" (a byte-level BPE of N ids
+    # trained on `task.texts()`, `tokenizer.train_bpe`) or a local HF tokenizer dir
+    # (model.hf_path brings its own tokenizer, which replaces this one)
     num_devices: int | None = None  # devices in the mesh (None = all, across hosts)
     mesh: MeshConfig = MeshConfig()  # axis sizes {data, fsdp, tensor}; -1 = the rest
     checkpoint_every: int = 50  # save every this many steps of each stage
@@ -210,6 +211,7 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
     needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
     `task` defaults to the one `cfg.task` names.
     """
+    task = cfg.task.build() if task is None else task
     if cfg.model.hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
         try:
             model_cfg, params, tokenizer = load_hf_checkpoint(cfg.model.hf_path,
@@ -218,13 +220,16 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
             raise ConfigError(f"config field 'model.hf_path': {e}") from None
     else:
         model_cfg, params = cfg.model.lm_config(), None
-        tokenizer = load_tokenizer(cfg.run.tokenizer)
+        texts = task.texts() if cfg.run.tokenizer.startswith("bpe:") else None
+        try:
+            tokenizer = load_tokenizer(cfg.run.tokenizer, texts=texts)
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"config field 'run.tokenizer': {e}") from None
     if model_cfg.vocab_size < tokenizer.vocab_size:
         raise ConfigError(
             f"config field 'model.vocab_size' ({model_cfg.vocab_size}) is smaller than the "
             f"tokenizer's vocabulary ({tokenizer.vocab_size})"
         )
-    task = cfg.task.build() if task is None else task
     _check_lengths(task, tokenizer, cfg)
     try:
         mesh = make_mesh(cfg.run.num_devices, **dataclasses.asdict(cfg.run.mesh))

@@ -30,6 +30,7 @@ from jaxrl_suite.algorithms.agent import Episode, episode_segments
 from jaxrl_suite.algorithms.grpo import LMTrainer
 from jaxrl_suite.envs.text.base import Example
 from jaxrl_suite.envs.text.search import SearchTask, reader_prompt
+from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.rewards.gbr import (
     SEARCH_REWARDS,
     Selection,
@@ -45,11 +46,13 @@ class SearchReward:
 
     task: the searcher's `SearchTask` (its world, top_k, max_select); reader: an `LMTrainer` of
     the generator (its tokenizer, prompt length and greedy sampler); params: the generator's
-    frozen params; kind: the reward (`rewards.gbr.SEARCH_REWARDS`); unselected: "all" (the
+    frozen params; tokenizer: the searcher's, which decodes the episodes (the generator may
+    have another: it sees text only); kind: the reward (`rewards.gbr.SEARCH_REWARDS`); unselected: "all" (the
     authors: a block no turn selected from gives all its documents) or "none"; max_docs: the
     generator's context cap; batch_size: rows of one generator call."""
 
-    def __init__(self, task: SearchTask, reader: LMTrainer, params, *, kind: str = "gbr",
+    def __init__(self, task: SearchTask, reader: LMTrainer, params, *, tokenizer: Tokenizer,
+                 kind: str = "gbr",
                  unselected: str = "all", max_docs: int = 8, batch_size: int = 64):
         if kind not in SEARCH_REWARDS:
             raise ValueError(f"s3 reward kind must be one of {SEARCH_REWARDS.names()}, got "
@@ -59,7 +62,7 @@ class SearchReward:
         if max_docs < 1 or batch_size < 1:
             raise ValueError(f"max_docs and batch_size must be >= 1, got {max_docs}, "
                              f"{batch_size}")
-        self.task, self.reader, self.params = task, reader, params
+        self.task, self.reader, self.params, self.tokenizer = task, reader, params, tokenizer
         self.kind, self.unselected = kind, unselected
         self.max_docs, self.batch_size = max_docs, batch_size
         self._naive: dict[int, float] = {}
@@ -101,7 +104,7 @@ class SearchReward:
     # ---- the episode reward ----
     def selection(self, ep: Episode) -> Selection:
         """The documents episode `ep` hands the generator (cut to max_docs)."""
-        sel = selected_documents(episode_segments(ep, self.reader.tokenizer),
+        sel = selected_documents(episode_segments(ep, self.tokenizer),
                                  top_k=self.task.top_k, max_select=self.task.max_select,
                                  unselected=self.unselected)
         return sel._replace(documents=sel.documents[: self.max_docs])

@@ -113,6 +113,10 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
          "-1 for at most one axis"),
         (["run", "grpo_arithmetic", "--smoke", "--set", "grpo.max_new_tokens=8"],
          "'grpo.max_new_tokens'"),
+        (["run", "grpo_arithmetic", "--smoke", "--set", "run.tokenizer=bpe:many"],
+         "config field 'run.tokenizer': tokenizer 'bpe:many': expected 'bpe:<vocab size>'"),
+        (["run", "grpo_arithmetic", "--smoke", "--set", "run.tokenizer=bpe:512"],
+         "config field 'model.vocab_size' (384) is smaller than the tokenizer's vocabulary"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):

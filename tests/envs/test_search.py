@@ -170,7 +170,7 @@ def test_search_reward_is_gain_beyond_rag_of_the_generator():
     expert = expert_episodes(_runner(), examples)
     lazy = expert_episodes(_runner(dataclasses.replace(TASK, lazy=1.0)), examples)
     for kind in ("gbr", "gbr_acc", "acc", "recall"):
-        reward = SearchReward(TASK, reader, None, kind=kind, max_docs=8)
+        reward = SearchReward(TASK, reader, None, tokenizer=TOK, kind=kind, max_docs=8)
         for ep in [*expert, *lazy]:
             ep.reward = None
         reward([*expert, *lazy])
@@ -188,4 +188,4 @@ def test_search_reward_is_gain_beyond_rag_of_the_generator():
     reward.naive_accuracy([ep.example.meta[0] for ep in expert])
     assert len(reader.calls) == calls
     with pytest.raises(ValueError, match="kind"):
-        SearchReward(TASK, reader, None, kind="f1")
+        SearchReward(TASK, reader, None, tokenizer=TOK, kind="f1")

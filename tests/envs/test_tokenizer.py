@@ -110,3 +110,36 @@ def test_local_hugging_face_directory_loads_through_same_interface(tok, tmp_path
     ids, mask = local.encode_batch(["12+34=", "5+6="], 8)
     np.testing.assert_array_equal(ids, tok.encode_batch(["12+34=", "5+6="], 8)[0])
     assert local.decode_batch(ids, mask) == ["12+34=", "5+6="]
+
+
+BPE_TEXTS = [f"{a} {b} was born in {c}." for a in ("Mira", "Rawka", "Tolvek", "Zalba")
+             for b in ("Tolvek", "Tolvik", "Rutru") for c in ("Danow", "Krake", "Veldor")]
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return load_tokenizer("bpe:300", texts=BPE_TEXTS)
+
+
+def test_bpe_specials_bytes_and_merges(bpe):
+    assert (bpe.pad_id, bpe.eos_id, bpe.vocab_size) == (0, 1, 300)
+    text = "Mira Tolvek was born in Danow."
+    ids = bpe.encode(text)
+    assert len(ids) < len(text.encode()) // 2  # merges learned from the texts
+    assert bpe.decode(ids + [bpe.eos_id, 5]) == text  # stops at EOS
+    # every byte has an id: unseen text (and non-ASCII) still round-trips exactly
+    for t in ("<query>Qx zz</query>\n[3] ünïcödé 7", "  two  spaces", ""):
+        assert bpe.decode(bpe.encode(t)) == t
+    ids, mask = bpe.encode_batch([text, "Krake"], 24, side="left", add_eos=True)
+    assert bpe.decode_batch(ids, mask) == [text, "Krake"] and (ids[~mask] == bpe.pad_id).all()
+
+
+def test_bpe_is_deterministic_and_errors_name_the_cause(bpe):
+    again = load_tokenizer("bpe:300", texts=list(BPE_TEXTS))
+    assert again.hf.get_vocab() == bpe.hf.get_vocab()
+    with pytest.raises(ValueError, match="texts"):
+        load_tokenizer("bpe:300")
+    with pytest.raises(ValueError, match="bpe:<vocab size>"):
+        load_tokenizer("bpe:big", texts=BPE_TEXTS)
+    with pytest.raises(ValueError, match="vocab_size must be >= 259"):
+        load_tokenizer("bpe:100", texts=BPE_TEXTS)

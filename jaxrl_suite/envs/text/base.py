@@ -136,6 +136,11 @@ class Task(abc.ABC):
         """Returns `[example(split, i) for i in range(start, start + n)]`."""
         return [self.example(split, i) for i in range(start, start + n)]
 
+    def texts(self, n: int = 2048) -> list[str]:
+        """The text a tokenizer trained for this task sees (`run.tokenizer: "bpe:N"`): the
+        first n training prompts, each with its solution. Multi-turn tasks add their turns."""
+        return [e.prompt + self.solution(e) for e in self.examples("train", 0, n)]
+
     @abc.abstractmethod
     def solution(self, ex: Example) -> str:
         """The SFT target completion for `ex`, e.g. "<answer>579</answer>"; it scores 1.0."""

@@ -212,6 +212,10 @@ class SearchTask(ToolTask):
     def solution(self, ex: Example) -> str:
         return self.expert_turns(ex)[-1]
 
+    def texts(self, n: int = 2048) -> list[str]:
+        """Tokenizer text: each prompt with all the expert's turns (queries included)."""
+        return [e.prompt + "".join(self.expert_turns(e)) for e in self.examples("train", 0, n)]
+
     def score(self, completion: str, ex: Example) -> float:
         return 0.0  # the episode reward (algorithms.s3.SearchReward) scores a searcher
 

@@ -3,6 +3,10 @@
 The default is the byte-level ByT5 tokenizer (vocab 384: pad 0, eos 1, unk 2, bytes 3..258,
 extra ids 259..383), which needs no files. For it `encode`/`decode` are direct byte maps; any
 other tokenizer goes through its Hugging Face `encode`/`decode`.
+
+`train_bpe` (`load_tokenizer("bpe:N", texts=...)`) trains a byte-level BPE of N ids on a task's
+own text, in well under a second and without files: made-up names become one or two tokens, so
+sequences are about 3x shorter than in bytes and decoding stays exact (every byte has an id).
 """
 
 from __future__ import annotations
@@ -103,14 +107,57 @@ class Tokenizer:
         return [self.decode(row[keep]) for row, keep in zip(ids, mask, strict=True)]
 
 
-def load_tokenizer(name_or_path: str = "byt5") -> Tokenizer:
-    """Loads "byt5" (built in, no files) or a local Hugging Face tokenizer directory / cache entry.
+BPE_SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 of a `train_bpe` tokenizer, as in ByT5
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE tokenizer (the GPT-2 scheme: bytes, then merges; Sennrich et al. 2016)
+    of `vocab_size` ids trained on `texts` with the `tokenizers` library: ids 0, 1, 2 are
+    `<pad>`, `</s>` (EOS), `<unk>`, then the 256 byte symbols, then merges. Deterministic for
+    the same texts; `decode(encode(t)) == t` for every text.
 
     Raises:
-      FileNotFoundError: if `name_or_path` is neither "byt5" nor loadable without the network.
+      ValueError: if `vocab_size` cannot hold the specials and the byte alphabet, or `texts` is
+        empty.
+    """
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(BPE_SPECIALS) + len(alphabet):
+        raise ValueError(f"bpe vocab_size must be >= {len(BPE_SPECIALS) + len(alphabet)} (the "
+                         f"specials and the 256 bytes), got {vocab_size}")
+    if not texts:
+        raise ValueError("train_bpe needs at least one text")
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(list(texts), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(BPE_SPECIALS), initial_alphabet=alphabet,
+        show_progress=False))
+    pad, eos, unk = BPE_SPECIALS
+    return Tokenizer(transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=pad, eos_token=eos, unk_token=unk))
+
+
+def load_tokenizer(name_or_path: str = "byt5", texts: Sequence[str] | None = None) -> Tokenizer:
+    """Loads "byt5" (built in, no files), "bpe:N" (`train_bpe` with N ids on `texts`), or a local
+    Hugging Face tokenizer directory / cache entry.
+
+    Raises:
+      ValueError: if "bpe:N" has no integer N or no `texts`.
+      FileNotFoundError: if `name_or_path` is none of these or not loadable without the network.
     """
     if name_or_path == "byt5":
         return Tokenizer(transformers.ByT5Tokenizer())
+    if name_or_path.startswith("bpe:"):
+        size = name_or_path.removeprefix("bpe:")
+        if not size.isdigit():
+            raise ValueError(f"tokenizer {name_or_path!r}: expected 'bpe:<vocab size>'")
+        if texts is None:
+            raise ValueError(f"tokenizer {name_or_path!r} is trained on a task's texts; none "
+                             f"were given")
+        return train_bpe(texts, int(size))
     try:
         hf = transformers.AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     except (OSError, ValueError) as e:
