@@ -47,9 +47,9 @@ class SearchReward:
     task: the searcher's `SearchTask` (its world, top_k, max_select); reader: an `LMTrainer` of
     the generator (its tokenizer, prompt length and greedy sampler); params: the generator's
     frozen params; tokenizer: the searcher's, which decodes the episodes (the generator may
-    have another: it sees text only); kind: the reward (`rewards.gbr.SEARCH_REWARDS`); unselected: "all" (the
-    authors: a block no turn selected from gives all its documents) or "none"; max_docs: the
-    generator's context cap; batch_size: rows of one generator call."""
+    have another: it sees text only); kind: the reward (`rewards.gbr.SEARCH_REWARDS`);
+    unselected: "all" (the authors: a block no turn selected from gives all its documents) or
+    "none"; max_docs: the generator's context cap; batch_size: rows of one generator call."""
 
     def __init__(self, task: SearchTask, reader: LMTrainer, params, *, tokenizer: Tokenizer,
                  kind: str = "gbr",
