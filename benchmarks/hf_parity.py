@@ -26,19 +26,11 @@ SIZES = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_l
 
 
 def tiny_tokenizer():
-    """A byte-level BPE tokenizer (vocab ~300, <pad>=0, <eos>=1) as a transformers tokenizer."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer (vocab 300, <pad>=0, </s>=1) as a transformers tokenizer."""
+    from jaxrl_suite.envs.text.tokenizer import train_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     corpus = ["12+34=<answer>46</answer>", "the quick brown fox jumps over the lazy dog"] * 20
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer)
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>",
-                                                pad_token="<pad>")
+    return train_bpe(corpus, 300).hf
 
 
 def tiny_torch_model(family: str):
