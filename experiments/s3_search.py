@@ -17,7 +17,8 @@ near-duplicate distractors, under BM25 (`bm25s`). Stages:
   1. the generator: an LM trained once by SFT to answer from given passages
      (`envs.text.search.ReaderTask`), then frozen; its accuracy from the naive top-k retrieval
      of every question (`algorithms.s3.SearchReward.naive_accuracy`) is naive RAG, and the
-     training questions it already answers are dropped (search.drop_solved), as the authors do;
+     training questions it already answers are dropped from the GBR runs' pools
+     (search.drop_solved), as the authors do;
   2. the searcher's SFT start: a scripted expert's episodes in the authors' format on training
      questions outside every RL pool, mixed with a lazy expert that stops at once (search.lazy);
   3. GRPO over searcher episodes (`algorithms.agent.AgentTrainer` with the `SearchReward`
@@ -26,6 +27,12 @@ near-duplicate distractors, under BM25 (`bm25s`). Stages:
        gbr_acc  GBR + Acc(D_searcher) (what the authors' code trains on);
        acc      Acc(D_searcher), end-to-end on final accuracy (baseline);
        recall   recall of the gold passages, a retrieval-only reward (baseline);
+     With GRPO's group-relative advantages Acc(D_naive) is a constant within a question's
+     group and cancels: gbr and acc give one question the same advantages, and so does
+     gbr_acc on the questions naive RAG misses once the group's std scales it
+     (`tests/rewards/test_gbr.py`), unlike under the authors' PPO with a learned critic. What
+     tells the GBR runs from the acc runs here is their pool (search.drop_solved), so the
+     default run trains gbr, acc and recall;
   4. held-out evaluation, greedy: the generator's accuracy from each searcher's documents
      (`success`), its gain over naive RAG, gold-passage recall, queries and turns per episode.
 Writes summary.json (the claims, with verdicts computed from the numbers), table.md,
@@ -93,8 +100,10 @@ class SearchConfig:
     max_select: int = 3  # documents one <important_info> may select
     lazy: float = 0.3  # the SFT expert's chance to stop at once with the naive documents
     unselected: str = "all"  # a block no turn selects from: "all" its documents (authors), "none"
-    drop_solved: bool = True  # drop the training questions naive RAG already answers
-    sft_questions: int = 512  # distinct questions of the SFT demonstrations (outside RL pools)
+    # the rewards whose RL pools drop the training questions naive RAG already answers (the
+    # authors' s3 recipe); the other rewards' pools are the training questions as they come
+    drop_solved: tuple[str, ...] = ("gbr", "gbr_acc")
+    sft_questions: int = 512  # the last training questions: the SFT demonstrations' (no pool's)
 
     def __post_init__(self):
         if self.unselected not in ("all", "none"):
@@ -102,12 +111,16 @@ class SearchConfig:
                              f"{self.unselected!r}")
         if self.sft_questions < 1:
             raise ValueError(f"search.sft_questions must be >= 1, got {self.sft_questions}")
+        unknown = [r for r in self.drop_solved if r not in SEARCH_REWARDS.names()]
+        if unknown:
+            raise ValueError(f"search.drop_solved: unknown rewards {unknown}; known: "
+                             f"{SEARCH_REWARDS.names()}")
 
 
 @dataclasses.dataclass(frozen=True)
 class VariantsConfig:
-    rewards: tuple[str, ...] = ("gbr", "gbr_acc", "acc", "recall")
-    sizes: tuple[int, ...] = (300, 1000, 2400)  # training questions of the RL runs
+    rewards: tuple[str, ...] = ("gbr", "acc", "recall")  # gbr_acc: the same advantages as gbr
+    sizes: tuple[int, ...] = (30, 100, 240)  # training questions of the RL runs
 
     def __post_init__(self):
         check_variants(self.rewards, SEARCH_REWARDS.names(), "variants.rewards")
@@ -209,20 +222,25 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     naive = study.cached(opts.out_dir / "naive_rag.json", lambda: {
         "train": probe.naive_accuracy(train_ids).tolist(),
         "test": probe.naive_accuracy([ex.meta[0] for ex in study.held_out]).tolist()})
-    unsolved = [q for q, a in zip(train_ids, naive["train"], strict=True)
-                if not (cfg.search.drop_solved and a > 0)]
+    # RL pools from the front of the training questions, the SFT questions from the back
+    sft_ids = train_ids[-cfg.search.sft_questions:]
+    candidates = train_ids[: len(train_ids) - cfg.search.sft_questions]
+    solved = dict(zip(train_ids, naive["train"], strict=True))
+    unsolved = [q for q in candidates if solved[q] == 0]
     largest = max(cfg.variants.sizes)
-    if len(unsolved) < largest + 1:
+    if len(unsolved) < largest:
         raise ValueError(f"variants.sizes: the largest pool ({largest}) needs more than the "
-                         f"{len(unsolved)} training questions naive RAG does not answer; make "
-                         f"facts.n_people larger")
-    pools = {n: tuple(unsolved[:n]) for n in cfg.variants.sizes}
-    in_pools = set(pools[largest])
-    rest = [q for q in train_ids if q not in in_pools]
-    sft_task = search_task(cfg, pool=tuple(rest[: cfg.search.sft_questions]))
+                         f"{len(unsolved)} training questions (outside the search.sft_questions)"
+                         f" that naive RAG does not answer; make facts.n_people larger")
+
+    def pool(kind: str, size: int) -> tuple[int, ...]:
+        return tuple((unsolved if kind in cfg.search.drop_solved else candidates)[:size])
+
+    sft_task = search_task(cfg, pool=tuple(sft_ids))
     naive_rag = float(np.mean(naive["test"]))
     print0(f"[{NAME}] naive RAG: held-out accuracy {naive_rag:.3f}; training questions it "
-           f"answers {np.mean(naive['train']):.3f}; RL pool {len(unsolved)}")
+           f"answers {np.mean(naive['train']):.3f}; unsolved training questions "
+           f"{len(unsolved)}")
 
     tools_pool = make_executor(cfg.agent.executor, cfg.agent.workers)
     agents: list[AgentTrainer] = []
@@ -260,7 +278,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         # 3. GRPO per reward x pool size x seed
         def train(variant: str, seed: int, _) -> dict:
             kind, size = variant.rsplit("_n", 1)
-            run_task = search_task(cfg, pool=pools[int(size)])
+            run_task = search_task(cfg, pool=pool(kind, int(size)))
             agent = agent_for(run_task, sft_params, kind)
             t0 = time.perf_counter()
             try:
@@ -303,7 +321,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     return study.finish({
         "experiment": NAME, "paper_claim": PAPER_CLAIM, "generator": gen_eval,
         "naive_rag": naive_rag, "naive_rag_train": float(np.mean(naive["train"])),
-        "rl_pool": len(unsolved), "sft": sft_eval, "variants": stats, "claims": claims,
+        "unsolved_training_questions": len(unsolved), "sft": sft_eval, "variants": stats, "claims": claims,
         "heldout_examples": len(study.held_out), "wall_time_s": time.perf_counter() - t_start,
         "resumed": opts.resume, "config": to_dict(cfg)}, table)
 

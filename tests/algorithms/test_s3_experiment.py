@@ -2,6 +2,7 @@
 checks, a resumed run, the claim verdicts on synthetic numbers, and config errors. The reward
 itself is tested against a scripted reader in tests/envs/test_search.py."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -37,7 +38,9 @@ def test_summary_table_and_figures(smoke):
     assert len(naive["train"]) == len(question_ids(facts, 0, "train"))
     assert len(naive["test"]) == summary["heldout_examples"] == 3
     assert summary["naive_rag"] == pytest.approx(np.mean(naive["test"]))
-    assert summary["rl_pool"] == sum(a == 0 for a in naive["train"])  # solved ones dropped
+    # the GBR pools come from the unsolved training questions before the SFT questions
+    rl_candidates = naive["train"][: len(naive["train"]) - cfg["search"]["sft_questions"]]
+    assert summary["unsolved_training_questions"] == sum(a == 0 for a in rl_candidates)
     # the SFT demonstrations: the scripted expert searches on most questions
     assert summary["sft"]["demo_reward_queries"] > 0
     assert 0.0 <= summary["generator"]["gold_context_accuracy"] <= 1.0
@@ -66,6 +69,8 @@ def test_runs_log_the_reward_and_its_components(smoke):
             assert r["reward"] == pytest.approx(r["reward_gbr"] if kind == "gbr"
                                                 else r["reward_acc"])
             assert r["reward_gbr"] == pytest.approx(r["reward_acc"] - r["reward_acc_naive"])
+            if kind == "gbr":  # search.drop_solved: no question naive RAG answers in its pool
+                assert r["reward_acc_naive"] == 0.0
         result = json.loads((out / "runs" / f"{run}_s0" / "result.json").read_text())
         assert result["success"] == summary["variants"][run]["success"]["per_seed"][0]
 
@@ -86,16 +91,18 @@ def _stats(acc: dict) -> dict:
 
 
 def test_claims_follow_the_numbers():
-    cfg = Config()  # sizes 300, 1000, 2400
-    acc = {"gbr": {300: [0.5, 0.6], 1000: [0.6, 0.6], 2400: [0.7, 0.7]},
-           "gbr_acc": {300: [0.4, 0.4], 1000: [0.5, 0.5], 2400: [0.6, 0.6]},
-           "acc": {300: [0.3, 0.3], 1000: [0.4, 0.4], 2400: [0.5, 0.5]},
-           "recall": {300: [0.2, 0.2], 1000: [0.3, 0.3], 2400: [0.54, 0.54]}}
+    cfg = Config()
+    cfg = dataclasses.replace(cfg, variants=dataclasses.replace(
+        cfg.variants, rewards=("gbr", "gbr_acc", "acc", "recall"), sizes=(30, 100, 240)))
+    acc = {"gbr": {30: [0.5, 0.6], 100: [0.6, 0.6], 240: [0.7, 0.7]},
+           "gbr_acc": {30: [0.4, 0.4], 100: [0.5, 0.5], 240: [0.6, 0.6]},
+           "acc": {30: [0.3, 0.3], 100: [0.4, 0.4], 240: [0.5, 0.5]},
+           "recall": {30: [0.2, 0.2], 100: [0.3, 0.3], 240: [0.54, 0.54]}}
     c = _claims(cfg, _stats(acc), naive_rag=0.2, sft=0.3)
-    assert c["verdict"] == "reproduced" and c["accuracy"]["gbr"][300] == pytest.approx(0.55)
+    assert c["verdict"] == "reproduced" and c["accuracy"]["gbr"][30] == pytest.approx(0.55)
     assert c["gbr_small_vs_baselines_large"] == pytest.approx({"acc": 0.05, "recall": 0.01})
     assert c["gbr_vs_gbr_acc_small"] == pytest.approx(0.15)
-    acc["recall"][2400] = [0.6, 0.6]  # a baseline at 8x the data beats GBR at the smallest
+    acc["recall"][240] = [0.6, 0.6]  # a baseline at 8x the data beats GBR at the smallest
     assert _claims(cfg, _stats(acc), naive_rag=0.2, sft=0.3)["verdict"] == "partly reproduced"
     assert _claims(cfg, _stats(acc), naive_rag=0.2, sft=0.6)["verdict"] == "not reproduced"
 
@@ -104,6 +111,7 @@ def test_claims_follow_the_numbers():
     ("task.name=facts_qa", "task.name"),
     ("variants.sizes=[1000,300]", "variants.sizes"),
     ("variants.rewards=[f1]", "variants.rewards"),
+    ("search.drop_solved=[f1]", "search.drop_solved"),
     ("model.max_len=512", "model.max_len"),
     ("search.unselected=some", "search.unselected"),
     ("generator.max_docs=4", "generator.max_docs"),

@@ -1,11 +1,13 @@
 """The s3 searcher's turn parser, document selection and rewards (rewards/gbr.py), against hand
 cases and hostile input."""
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxrl_suite.core.registry import UnknownNameError
+from jaxrl_suite.losses.advantages import ADVANTAGES
 from jaxrl_suite.rewards.gbr import (
     SEARCH_REWARDS,
     information_block,
@@ -118,3 +120,24 @@ def test_rewards_and_recall_by_hand():
     assert SEARCH_REWARDS.names() == ["acc", "gbr", "gbr_acc", "recall"]
     with pytest.raises(UnknownNameError, match="'f1'"):
         search_reward("f1", 1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("estimator", ["group", "rloo"])
+def test_group_relative_advantages_cancel_the_naive_baseline(estimator):
+    """Acc(D_naive) is one constant per question, so under group-relative advantages GBR and
+    Acc give the same advantages, and GBR + Acc on questions naive RAG misses (the pools of
+    search.drop_solved) gives them twice, which the group's std scaling undoes up to its eps
+    (docs/s3.md)."""
+    rng = np.random.default_rng(0)
+    acc = rng.integers(0, 2, (6, 8)).astype(np.float32)  # [questions, G] searcher accuracies
+    naive = rng.integers(0, 2, (6, 1)).astype(np.float32)  # per question
+    fn = ADVANTAGES.get(estimator)
+    rewards = {kind: np.vectorize(lambda a, n, k=kind: search_reward(k, a, n, 0.0))(acc, naive)
+               for kind in ("gbr", "acc")}
+    np.testing.assert_allclose(fn(rewards["gbr"]), fn(rewards["acc"]), atol=1e-6)
+    unsolved = np.vectorize(lambda a: search_reward("gbr_acc", a, 0.0, 0.0))(acc)
+    twice = {"group": 1.0, "rloo": 2.0}[estimator]
+    np.testing.assert_allclose(fn(unsolved), twice * fn(acc), atol=1e-3)
+    # a batch-normalised estimator keeps the per-question offset: there the rewards differ
+    pp = ADVANTAGES.get("reinforce_pp")
+    assert not np.allclose(pp(rewards["gbr"]), pp(rewards["acc"]), atol=1e-3)
