@@ -321,7 +321,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     return study.finish({
         "experiment": NAME, "paper_claim": PAPER_CLAIM, "generator": gen_eval,
         "naive_rag": naive_rag, "naive_rag_train": float(np.mean(naive["train"])),
-        "unsolved_training_questions": len(unsolved), "sft": sft_eval, "variants": stats, "claims": claims,
+        "unsolved_training_questions": len(unsolved), "sft": sft_eval, "variants": stats,
+        "claims": claims,
         "heldout_examples": len(study.held_out), "wall_time_s": time.perf_counter() - t_start,
         "resumed": opts.resume, "config": to_dict(cfg)}, table)
 
