@@ -104,7 +104,7 @@ def test_expert_episodes_hand_the_generator_both_gold_passages():
         searched += sel.queries
         if sel.queries:  # a search: the bridge query, then its block; 2 turns
             assert ep.turns == 2 and sel.blocks == 2
-            assert segs[1][1].endswith(f"<query>{question.bridge}</query>")
+            assert segs[1][1].endswith(f"<query> {question.bridge}</query>")
     assert searched >= 12  # most questions need the second hop
 
 

@@ -14,7 +14,7 @@ it and is never trained by RL.
 
 and each model turn selects documents of the latest block and either searches again or stops:
 
-    <important_info>[1]</important_info><search_complete>False</search_complete><query>Danow</query>
+    <important_info>[1]</important_info><search_complete>False</search_complete><query> Danow</query>
 
 A <query> runs the "search" tool (BM25 over the world's passages, top_k documents), whose output
 comes back as the next <information> block; <search_complete>True</search_complete> ends the
@@ -112,11 +112,13 @@ def reader_prompt(question: str, documents: Sequence[str]) -> str:
 
 def search_turn(important: Sequence[int], *, query: str | None = None) -> str:
     """A searcher turn in the authors' format: the selection, the completion flag (True when
-    there is no query) and the query."""
+    there is no query) and the query. The query follows a space (the parser strips it): with a
+    BPE tokenizer a name after a space is the token it is in the passages, so the searcher
+    copies the token it read rather than spelling a rarer space-less form of it."""
     ids = ", ".join(str(i) for i in important)
     out = (f"{IMPORTANT_OPEN}[{ids}]{IMPORTANT_CLOSE}"
            f"{COMPLETE_OPEN}{query is None}{COMPLETE_CLOSE}")
-    return out if query is None else f"{out}{QUERY_OPEN}{query}{QUERY_CLOSE}"
+    return out if query is None else f"{out}{QUERY_OPEN} {query}{QUERY_CLOSE}"
 
 
 def _search(args: dict, context: Any) -> str:
