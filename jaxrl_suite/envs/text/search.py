@@ -12,9 +12,11 @@ it and is never trained by RL.
     <information>[1] Mira Tolvek was born in Danow.
     [2] ...</information>
 
-and each model turn selects documents of the latest block and either searches again or stops:
+and each model turn selects documents of the latest block and either searches again or stops
+(one line in the episode):
 
-    <important_info>[1]</important_info><search_complete>False</search_complete><query> Danow</query>
+    <important_info>[1]</important_info><search_complete>False</search_complete>
+    <query> Danow</query>
 
 A <query> runs the "search" tool (BM25 over the world's passages, top_k documents), whose output
 comes back as the next <information> block; <search_complete>True</search_complete> ends the
