@@ -83,6 +83,7 @@ class GeneratorConfig:
     model: kit.ModelConfig = kit.ModelConfig(vocab_size=1024, d_model=128, n_layers=4,
                                              n_heads=4, n_kv_heads=4, d_ff=512, max_len=208)
     sft: kit.SFTConfig = kit.SFTConfig(steps=1500, batch_size=32, lr=2e-3)
+    tokenizer: str = "bpe:1024"  # its own (it only ever reads text), like run.tokenizer
     prompt_len: int = 200  # documents + question
     max_new_tokens: int = 8  # the answer
     max_docs: int = 8  # documents in its context (training contexts hold 2..max_docs)
@@ -133,21 +134,21 @@ class VariantsConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     # the searcher's task is built from the facts and search sections (task.name: s3_search)
-    task: kit.TaskConfig = kit.TaskConfig(name="s3_search", prompt_len=160)
+    task: kit.TaskConfig = kit.TaskConfig(name="s3_search", prompt_len=128)
     facts: FactWorld = FactWorld(n_people=1800, n_first_names=120, n_cities=150,
                                  n_countries=20, n_companies=120)
     search: SearchConfig = SearchConfig()
-    model: kit.ModelConfig = kit.ModelConfig(vocab_size=1024, max_len=608)  # the searcher
+    model: kit.ModelConfig = kit.ModelConfig(vocab_size=2048, max_len=528)  # the searcher
     sft: kit.SFTConfig = kit.SFTConfig(steps=400, batch_size=16, lr=2e-3)
     demos: int = 1024  # expert episodes of the searcher's SFT (cycled)
     grpo: kit.GRPOConfig = kit.GRPOConfig(steps=30, prompts_per_step=8, group_size=4,
                                           max_new_tokens=40, lr=2e-4)
-    agent: AgentConfig = AgentConfig(max_turns=3, episode_tokens=400, obs_chars=400,
+    agent: AgentConfig = AgentConfig(max_turns=3, episode_tokens=352, obs_chars=400,
                                      executor="thread")
     generator: GeneratorConfig = GeneratorConfig()
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=128, batch_size=32)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), tokenizer="bpe:1024",
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), tokenizer="bpe:2048",
                                        keep_checkpoints=1, checkpoint_every=10)
 
     def __post_init__(self):
@@ -199,7 +200,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                              top_k=cfg.search.top_k)
     gen_cfg = StudyConfig(
         task=dataclasses.replace(cfg.task, name=ReaderTask.name, prompt_len=g.prompt_len),
-        model=g.model, sft=g.sft, eval=cfg.eval, run=cfg.run,
+        model=g.model, sft=g.sft, eval=cfg.eval,
+        run=dataclasses.replace(cfg.run, tokenizer=g.tokenizer),
         grpo=dataclasses.replace(cfg.grpo, max_new_tokens=g.max_new_tokens))
     gen_study = kit.LMStudy(NAME, gen_cfg, opts, variants=("generator",), task=reader_task,
                             write_config=False)
