@@ -60,7 +60,7 @@ from jaxrl_suite.algorithms.agent import (
 )
 from jaxrl_suite.algorithms.executors import make_executor
 from jaxrl_suite.algorithms.s3 import SearchReward
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import ConfigError, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats
@@ -112,10 +112,8 @@ class SearchConfig:
                              f"{self.unselected!r}")
         if self.sft_questions < 1:
             raise ValueError(f"search.sft_questions must be >= 1, got {self.sft_questions}")
-        unknown = [r for r in self.drop_solved if r not in SEARCH_REWARDS.names()]
-        if unknown:
-            raise ValueError(f"search.drop_solved: unknown rewards {unknown}; known: "
-                             f"{SEARCH_REWARDS.names()}")
+        if self.drop_solved:  # may be empty: no pool drops solved questions
+            check_variants(self.drop_solved, SEARCH_REWARDS.names(), "search.drop_solved")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,9 +229,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     unsolved = [q for q in candidates if solved[q] == 0]
     largest = max(cfg.variants.sizes)
     if len(unsolved) < largest:
-        raise ValueError(f"variants.sizes: the largest pool ({largest}) needs more than the "
-                         f"{len(unsolved)} training questions (outside the search.sft_questions)"
-                         f" that naive RAG does not answer; make facts.n_people larger")
+        raise ConfigError(f"config field 'variants.sizes': the largest pool ({largest}) needs "
+                          f"more than the {len(unsolved)} training questions outside "
+                          f"search.sft_questions that naive RAG does not answer; make "
+                          f"facts.n_people larger or search.sft_questions smaller")
 
     def pool(kind: str, size: int) -> tuple[int, ...]:
         return tuple((unsolved if kind in cfg.search.drop_solved else candidates)[:size])

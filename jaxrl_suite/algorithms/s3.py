@@ -52,8 +52,8 @@ class SearchReward:
     "none"; max_docs: the generator's context cap; batch_size: rows of one generator call."""
 
     def __init__(self, task: SearchTask, reader: LMTrainer, params, *, tokenizer: Tokenizer,
-                 kind: str = "gbr",
-                 unselected: str = "all", max_docs: int = 8, batch_size: int = 64):
+                 kind: str = "gbr", unselected: str = "all", max_docs: int = 8,
+                 batch_size: int = 64):
         if kind not in SEARCH_REWARDS:
             raise ValueError(f"s3 reward kind must be one of {SEARCH_REWARDS.names()}, got "
                              f"{kind!r}")
