@@ -166,18 +166,6 @@ class Config:
                              f"search.top_k ({self.search.top_k}): naive RAG reads top_k")
 
 
-@dataclasses.dataclass(frozen=True)
-class StudyConfig:
-    """The sections an `LMStudy` reads: the generator's study is one of these."""
-
-    task: kit.TaskConfig
-    model: kit.ModelConfig
-    sft: kit.SFTConfig
-    grpo: kit.GRPOConfig
-    eval: kit.EvalConfig
-    run: kit.RunConfig
-
-
 def search_task(cfg: Config, **fields) -> SearchTask:
     s = cfg.search
     return SearchTask(seed=cfg.task.seed, facts=cfg.facts, top_k=s.top_k,
@@ -196,13 +184,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     g = cfg.generator
     reader_task = ReaderTask(seed=cfg.task.seed, facts=cfg.facts, max_docs=g.max_docs,
                              top_k=cfg.search.top_k)
-    gen_cfg = StudyConfig(
-        task=dataclasses.replace(cfg.task, name=ReaderTask.name, prompt_len=g.prompt_len),
-        model=g.model, sft=g.sft, eval=cfg.eval,
-        run=dataclasses.replace(cfg.run, tokenizer=g.tokenizer),
-        grpo=dataclasses.replace(cfg.grpo, max_new_tokens=g.max_new_tokens))
-    gen_study = kit.LMStudy(NAME, gen_cfg, opts, variants=("generator",), task=reader_task,
-                            write_config=False)
+    gen_study = study.sibling(g.model, ("generator",), task=reader_task,
+                              prompt_len=g.prompt_len, max_new_tokens=g.max_new_tokens,
+                              sft=g.sft, tokenizer=g.tokenizer)
 
     # 1. the frozen generator, naive RAG, and the RL question pools
     gen_params = gen_study.shared_sft(name="generator").params

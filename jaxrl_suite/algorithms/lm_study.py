@@ -145,6 +145,19 @@ class RunConfig:
         check_seeds(self.seeds)
 
 
+@dataclasses.dataclass(frozen=True)
+class LMSections:
+    """The sections an `LMStudy` reads, and nothing else: the config of a second model in one
+    experiment (`LMStudy.sibling`), whose experiment `Config` has other fields too."""
+
+    task: TaskConfig
+    model: ModelConfig
+    sft: SFTConfig
+    grpo: GRPOConfig
+    eval: EvalConfig
+    run: RunConfig
+
+
 class Keys(NamedTuple):
     init: jax.Array  # model init
     sft: jax.Array  # SFT state RNG
@@ -266,14 +279,30 @@ class LMStudy(Study):
         if write_config:
             self.write_config(cfg)
 
-    def sibling(self, model: ModelConfig, variants: Sequence[str]) -> LMStudy:
-        """The same study (task, config, output directory) on another `model`, e.g. a larger
-        model trained the same way. Its runs are `variants` (names its run and checkpoint
-        directories must not share with this study's); config.json stays this study's. It is a
-        causal-LM `LMStudy` whatever this study's model class (a `DiffusionStudy`'s AR
-        reference)."""
-        return LMStudy(self.name, dataclasses.replace(self.cfg, model=model), self.opts,
-                       variants=variants, task=self.lm.task, write_config=False)
+    def sibling(self, model: ModelConfig, variants: Sequence[str], *,
+                task: Task | None = None, prompt_len: int | None = None,
+                max_new_tokens: int | None = None, sft: SFTConfig | None = None,
+                tokenizer: str | None = None) -> LMStudy:
+        """A second model of the same study (output directory, seeds, eval and mesh settings),
+        e.g. a larger model trained the same way, or a frozen model with its own job (s3's
+        generator). Its runs are `variants` (names its run and checkpoint directories must not
+        share with this study's); config.json stays this study's. It is a causal-LM `LMStudy`
+        whatever this study's model class (a `DiffusionStudy`'s AR reference).
+
+        By default it has this study's task, SFT and tokenizer; `task` (with its
+        `prompt_len`), `max_new_tokens`, `sft` and `tokenizer` (a `run.tokenizer` value) give it
+        its own. Its config is an `LMSections` of these."""
+        c = self.cfg
+        task_cfg = c.task if task is None else dataclasses.replace(c.task, name=task.name)
+        if prompt_len is not None:
+            task_cfg = dataclasses.replace(task_cfg, prompt_len=prompt_len)
+        grpo = c.grpo if max_new_tokens is None else dataclasses.replace(
+            c.grpo, max_new_tokens=max_new_tokens)
+        run = c.run if tokenizer is None else dataclasses.replace(c.run, tokenizer=tokenizer)
+        cfg = LMSections(task=task_cfg, model=model, sft=c.sft if sft is None else sft,
+                         grpo=grpo, eval=c.eval, run=run)
+        return LMStudy(self.name, cfg, self.opts, variants=variants,
+                       task=self.lm.task if task is None else task, write_config=False)
 
     def sampler(self, *, greedy: bool = False, top_k: int = 0, temperature: float = 1.0,
                 top_p: float = 1.0) -> KVCacheSampler:

@@ -1,0 +1,51 @@
+"""`LMStudy.sibling`: a second model of one study, with its own task, lengths, SFT and
+tokenizer where given (s3's frozen generator), and the parent's sections otherwise."""
+
+import dataclasses
+
+import pytest
+
+from experiments.grpo_arithmetic import Config
+from jaxrl_suite.algorithms.lm_study import LMSections, LMStudy, ModelConfig, SFTConfig
+from jaxrl_suite.core.experiment import RunOptions
+from jaxrl_suite.envs.text import TASKS
+
+TINY = ModelConfig(vocab_size=512, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,
+                   max_len=96)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    cfg = dataclasses.replace(Config(), model=TINY)
+    out = tmp_path_factory.mktemp("study")
+    return LMStudy("s", cfg, RunOptions(out_dir=out, progress=False), variants=("a",))
+
+
+def test_sibling_defaults_to_the_parents_sections(study):
+    big = dataclasses.replace(TINY, d_model=32)
+    sib = study.sibling(big, ("big",))
+    assert isinstance(sib.cfg, LMSections)
+    assert sib.cfg.model == big and sib.lm.model.config.d_model == 32
+    for name in ("task", "sft", "grpo", "eval", "run"):
+        assert getattr(sib.cfg, name) == getattr(study.cfg, name), name
+    assert sib.lm.task is study.lm.task
+    assert sib.lm.tokenizer.vocab_size == study.lm.tokenizer.vocab_size
+    assert list(sib.variants) == ["big"] and sib.out_dir == study.out_dir
+
+
+def test_sibling_with_its_own_task_lengths_sft_and_tokenizer(study):
+    config_json = (study.out_dir / "config.json").read_text()
+    task = TASKS.get("sort")()
+    sft = SFTConfig(steps=7, batch_size=4)
+    sib = study.sibling(TINY, ("reader",), task=task, prompt_len=40, max_new_tokens=40,
+                        sft=sft, tokenizer="bpe:300")
+    assert sib.lm.task is task
+    assert (sib.cfg.task.name, sib.cfg.task.prompt_len) == ("sort", 40)
+    assert sib.cfg.grpo.max_new_tokens == 40 and sib.cfg.sft == sft
+    assert sib.cfg.run.tokenizer == "bpe:300" and sib.cfg.run.seeds == study.cfg.run.seeds
+    # its tokenizer is a BPE trained on the sort task's text, not the parent's bytes
+    assert sib.lm.tokenizer.vocab_size == 300 != study.lm.tokenizer.vocab_size
+    ex = task.examples("train", 0, 1)[0]
+    assert sib.lm.tokenizer.decode(sib.lm.tokenizer.encode(ex.prompt)) == ex.prompt
+    # the parent's config.json is not overwritten by the sibling's sections
+    assert (study.out_dir / "config.json").read_text() == config_json
