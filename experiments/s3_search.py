@@ -237,9 +237,6 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         agents.append(agent)
         return agent
 
-    def evaluate(agent: AgentTrainer, params) -> dict:
-        return episode_metrics(agent.episodes(params, study.held_out))
-
     try:
         # 2. the searcher's SFT start
         sft_agent = agent_for(sft_task, study.lm.params, "gbr")
@@ -255,7 +252,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             sft_params = study.fit(trainer, init, stage="sft", num_steps=cfg.sft.steps,
                                    checkpoint_dir=ckpt, logger=logger).params
         sft_eval = study.cached(study.run_dir("sft") / "eval.json", lambda: {
-            **evaluate(sft_agent, sft_params),
+            **sft_agent.evaluate(sft_params, study.held_out),
             **{f"demo_{k}": v for k, v in episode_metrics(demos).items()
                if k in ("success", "reward_queries", "turns")}})
         print0(f"[{NAME}] SFT searcher: {format_numbers(sft_eval)}")
@@ -272,7 +269,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                                       postfix=("reward", "success"))
             finally:
                 agent.close()
-            return {**evaluate(agent, state.params), "wall_time_s": time.perf_counter() - t0}
+            return {**agent.evaluate(state.params, study.held_out),
+                    "wall_time_s": time.perf_counter() - t0}
 
         results = study.run(train)
     finally:
