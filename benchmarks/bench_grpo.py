@@ -5,10 +5,11 @@
     python benchmarks/bench_grpo.py --smoke              # seconds (run by the tests)
     XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/bench_grpo.py --fsdp 2
 
-The model is freshly initialised, so completions run to (close to) the full length, as in the
-reference runs. Reference figures for the default sizes, measured on the same kind of 2-core
-machine (issue #2): TRL's GRPOTrainer (PyTorch, CPU) ~12.7 s/step, ~300 completion tokens/s;
-Google tunix (JAX, GRPOLearner + vanilla KV-cache sampler) ~1.4 s/step, ~2,500 completion tokens/s.
+The model is freshly initialised, so completions run to (close to) the full length.
+`--peer tunix` runs Google tunix's GRPOLearner on the same model shapes, task and batch
+(`benchmarks/peers/tunix_grpo.py`), alternately with ours (--pairs A B pairs of --steps steps
+each), and prints the per-pair step ratios and their median: figures from one run on one
+machine, never against numbers measured elsewhere.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -34,10 +36,9 @@ PRESETS = {
                          d_ff=4864, rope_theta=1e6, tie_embeddings=True, qkv_bias=True,
                          max_len=32768),
 }
-REFERENCES = {  # seconds per step and completion tokens/s at the default sizes
-    "tunix": (1.4, 2500.0),
-    "trl": (12.7, 300.0),
-}
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
 
 
 def main(argv=None) -> dict:
@@ -60,6 +61,10 @@ def main(argv=None) -> dict:
                    help="a published model's shapes (random weights): overrides the sizes")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="compute dtype (params stay float32)")
+    p.add_argument("--peer", choices=["tunix"], default=None,
+                   help="also run this peer at the same sizes, alternately (pip install "
+                        "-e '.[peers]'), and print the per-pair ratios and their median")
+    p.add_argument("--pairs", type=int, default=3, help="A B pairs with --peer")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
     p.add_argument("--out", type=Path, default=Path("results/bench_grpo.json"))
     a = p.parse_args(argv)
@@ -82,18 +87,41 @@ def main(argv=None) -> dict:
     trainer = GRPOTrainer(model, tokenizer, task, grpo_cfg, mesh=mesh, prompt_len=prompt_len,
                           ref_params=params)
     state = trainer.init_state(params, jax.random.PRNGKey(1))
-    rows = []
-    for i in range(2 + a.steps):
-        t0 = time.perf_counter()
-        state, m = trainer.step(state, trainer.batch(i * a.prompts))
-        dt = time.perf_counter() - t0
-        if i >= 2:  # the first two steps compile
-            tokens = m["length"] * a.prompts * a.group_size
-            rows.append((dt, m["gen_time"], m["update_time"], tokens))
-    step_s = statistics.median(r[0] for r in rows)
-    gen_s = statistics.median(r[1] for r in rows)
-    upd_s = statistics.median(r[2] for r in rows)
-    tokens = statistics.median(r[3] for r in rows)
+    done = 0  # steps run so far: each step takes the next prompts
+
+    def ours(n: int) -> list[dict]:
+        """`n` timed steps (the first call also runs 2 untimed ones, which compile)."""
+        nonlocal state, done
+        out = []
+        for _ in range(n + (2 if done == 0 else 0)):
+            t0 = time.perf_counter()
+            state, m = trainer.step(state, trainer.batch(done * a.prompts))
+            dt, done = time.perf_counter() - t0, done + 1
+            if done > 2:
+                out.append({"step_s": dt, "generation_s": float(m["gen_time"]),
+                            "update_s": float(m["update_time"]),
+                            "tokens": float(m["length"]) * a.prompts * a.group_size})
+        return out
+
+    peer_rows, pairs = [], []
+    if a.peer:  # ours and the peer alternately (A B A B ...), the same sizes
+        sys.path.insert(0, str(Path(__file__).resolve().parent))  # as bench_ppo does
+        from peers import tunix_grpo  # benchmarks/peers/tunix_grpo.py
+        sizes = tunix_grpo.Sizes(layers=a.layers, d_model=a.d_model, heads=a.heads,
+                                 kv_heads=cfg.n_kv_heads, d_ff=cfg.d_ff, vocab=a.vocab,
+                                 prompts=a.prompts, group_size=a.group_size,
+                                 new_tokens=a.new_tokens, prompt_len=prompt_len)
+        rows = []
+        for _ in range(a.pairs):
+            mine = ours(a.steps)
+            theirs = tunix_grpo.grpo_steps(sizes, a.steps)
+            rows += mine
+            peer_rows += theirs
+            pairs.append(_median(theirs, "step_s") / _median(mine, "step_s"))
+    else:
+        rows = ours(a.steps)
+    step_s, gen_s, upd_s, tokens = (_median(rows, k) for k in
+                                    ("step_s", "generation_s", "update_s", "tokens"))
     n_params = sum(x.size for x in jax.tree.leaves(params))
     result = {
         "sizes": {"layers": a.layers, "d_model": a.d_model, "heads": a.heads, "d_ff": cfg.d_ff,
@@ -111,12 +139,18 @@ def main(argv=None) -> dict:
     print(f"  step {step_s:.3f} s = generation {gen_s:.3f} s ({gen_s / step_s:.0%}) "
           f"+ update {upd_s:.3f} s ({upd_s / step_s:.0%})")
     print(f"  completion tokens/s {tokens / step_s:,.0f} ({tokens:.0f} tokens per step)")
-    if not a.smoke and a.preset is None and a.dtype == "float32":
-        for name, (ref_step, ref_tps) in REFERENCES.items():
-            speedup = ref_step / step_s
-            result[f"speedup_vs_{name}"] = speedup
-            print(f"  vs {name:5s}: {speedup:.2f}x per step, {tokens / step_s / ref_tps:.2f}x "
-                  f"tokens/s (reference {ref_step} s/step, {ref_tps:,.0f} tokens/s)")
+    if a.peer:
+        p_step, p_roll, p_upd, p_tok = (_median(peer_rows, k) for k in
+                                        ("step_s", "rollout_s", "update_s", "tokens"))
+        result[a.peer] = {"step_s": p_step, "rollout_s": p_roll, "update_s": p_upd,
+                          "completion_tokens_per_s": p_tok / p_step,
+                          "step_ratio_per_pair": pairs, "step_ratio": statistics.median(pairs),
+                          "tokens_per_s_ratio": (tokens / step_s) / (p_tok / p_step)}
+        print(f"  {a.peer}: step {p_step:.3f} s = rollout {p_roll:.3f} s + update {p_upd:.3f} s;"
+              f" completion tokens/s {p_tok / p_step:,.0f}")
+        print(f"  ours vs {a.peer}, per step: {statistics.median(pairs):.2f}x (median of the "
+              f"pairs {', '.join(f'{r:.2f}' for r in pairs)}); update "
+              f"{p_upd / upd_s:.2f}x; tokens/s {result[a.peer]['tokens_per_s_ratio']:.2f}x")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     return result
