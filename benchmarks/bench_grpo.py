@@ -7,7 +7,7 @@
 
 The model is freshly initialised, so completions run to (close to) the full length.
 `--peer tunix` runs Google tunix's GRPOLearner on the same model shapes, task and batch
-(`benchmarks/peers/tunix_grpo.py`), alternately with ours (--pairs A B pairs of --steps steps
+(`benchmarks/peers/tunix_peer.py`), alternately with ours (--pairs A B pairs of --steps steps
 each), and prints the per-pair step ratios and their median: figures from one run on one
 machine, never against numbers measured elsewhere.
 """
@@ -106,15 +106,15 @@ def main(argv=None) -> dict:
     peer_rows, pairs = [], []
     if a.peer:  # ours and the peer alternately (A B A B ...), the same sizes
         sys.path.insert(0, str(Path(__file__).resolve().parent))  # as bench_ppo does
-        from peers import tunix_grpo  # benchmarks/peers/tunix_grpo.py
-        sizes = tunix_grpo.Sizes(layers=a.layers, d_model=a.d_model, heads=a.heads,
+        from peers import tunix_peer  # benchmarks/peers/tunix_peer.py
+        sizes = tunix_peer.Sizes(layers=a.layers, d_model=a.d_model, heads=a.heads,
                                  kv_heads=cfg.n_kv_heads, d_ff=cfg.d_ff, vocab=a.vocab,
                                  prompts=a.prompts, group_size=a.group_size,
                                  new_tokens=a.new_tokens, prompt_len=prompt_len)
         rows = []
         for _ in range(a.pairs):
             mine = ours(a.steps)
-            theirs = tunix_grpo.grpo_steps(sizes, a.steps)
+            theirs = tunix_peer.grpo_steps(sizes, a.steps)
             rows += mine
             peer_rows += theirs
             pairs.append(_median(theirs, "step_s") / _median(mine, "step_s"))

@@ -15,8 +15,9 @@ Figures (each after a warm-up compile; best and median of --repeats timed calls)
      rows at the same slot; what continuous batching and speculative decoding use) against
      the shared scalar index: the cost of per-row positions.
   3. Sampler throughput at --tp-batch x --tp-new-tokens, prompt --prompt-len, EOS disabled
-     so that every token is produced; compared with tunix's vanilla sampler (~8,900 tokens/s
-     on the reference 2-core machine). Target: >= 1.2x.
+     so that every token is produced. With --peer tunix, tunix's KV-cache `Sampler` on the same
+     shapes, alternately with ours (--pairs A B pairs), and the per-pair ratios
+     (`benchmarks/peers/tunix_peer.py`; pip install -e ".[peers]").
 The figures are printed as a table and written as JSON to --out.
 """
 
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import jax
@@ -33,8 +35,6 @@ import jax.numpy as jnp
 
 from jaxrl_suite.models import CausalLM, LMConfig, init_cache
 from jaxrl_suite.sampling import KVCacheSampler
-
-TUNIX_TOKENS_PER_S = 8900.0  # tunix vanilla sampler, batch 64 x 64 new tokens, 4x128 model
 
 
 def _time(fn, *args, repeats: int) -> tuple[float, float]:
@@ -177,19 +177,37 @@ def bench_position(args, model, params, rng) -> dict:
 
 
 def bench_throughput(args, model, params, rng) -> dict:
-    """Figure 3: sampler tokens/s at tp_batch x tp_new_tokens with EOS disabled."""
+    """Figure 3: sampler tokens/s at tp_batch x tp_new_tokens with EOS disabled; with
+    `args.peer`, the peer's sampler on the same shapes, alternately (--pairs A B pairs of
+    --repeats timed calls each), with the per-pair ratios of the best times."""
     prompt, mask = _prompts(args.tp_batch, args.prompt_len, args.vocab, rng)
     sampler = _sampler(model, args.tp_new_tokens)
-    best, med = _time(sampler, params, prompt, mask, rng, repeats=args.repeats)
-    tps = args.tp_batch * args.tp_new_tokens / best
-    return {
-        "tokens_per_s": tps,
-        "tokens_per_s_median": args.tp_batch * args.tp_new_tokens / med,
+    tokens = args.tp_batch * args.tp_new_tokens
+    ours, peer, ratios = [], [], []
+    for _ in range(args.pairs if args.peer else 1):
+        best, med = _time(sampler, params, prompt, mask, rng, repeats=args.repeats)
+        ours.append((best, med))
+        if args.peer:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # as bench_ppo does
+            from peers import tunix_peer  # benchmarks/peers/tunix_peer.py
+
+            sizes = tunix_peer.Sizes(layers=args.layers, d_model=args.d_model, heads=args.heads,
+                                     kv_heads=args.kv_heads, d_ff=args.d_ff, vocab=args.vocab,
+                                     prompt_len=args.prompt_len)
+            theirs = min(tunix_peer.sampler_seconds(sizes, args.tp_batch, args.tp_new_tokens,
+                                                    args.repeats))
+            peer.append(theirs)
+            ratios.append(theirs / best)
+    best = min(b for b, _ in ours)
+    out = {
+        "tokens_per_s": tokens / best,
+        "tokens_per_s_median": tokens / statistics.median(m for _, m in ours),
         "seconds_best": best,
-        "tunix_reference_tokens_per_s": TUNIX_TOKENS_PER_S,
-        "vs_tunix": tps / TUNIX_TOKENS_PER_S,
-        "target_vs_tunix": 1.2,
     }
+    if args.peer:
+        out[args.peer] = {"tokens_per_s": tokens / min(peer), "ratio_per_pair": ratios,
+                          "ratio": statistics.median(ratios)}
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -213,6 +231,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tp-new-tokens", type=int, default=64, help="figure 3")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--peer", choices=["tunix"], default=None,
+                   help="figure 3 beside this peer's sampler, alternately")
+    p.add_argument("--pairs", type=int, default=3, help="A B pairs with --peer")
     p.add_argument(
         "--out", default=None, help="JSON path (default results/bench_sampler[_smoke].json)"
     )
@@ -286,8 +307,13 @@ def main(argv=None) -> dict:
             f"3. sampler B={args.tp_batch} x N={args.tp_new_tokens}, P={args.prompt_len}",
             f"{tp['tokens_per_s']:,.0f} tok/s",
         ),
-        ("   vs tunix vanilla 8,900 tok/s (target >= 1.2x)", f"{tp['vs_tunix']:.2f}x"),
     ]
+    if args.peer:
+        peer = tp[args.peer]
+        rows += [(f"   {args.peer}, the same shapes", f"{peer['tokens_per_s']:,.0f} tok/s"),
+                 (f"   ours vs {args.peer}: median of the pairs "
+                  f"{', '.join(f'{r:.2f}' for r in peer['ratio_per_pair'])}",
+                  f"{peer['ratio']:.2f}x")]
     width = max(len(r[0]) for r in rows)
     print(
         f"bench_sampler on {jax.default_backend()} (best of {args.repeats} timed calls; "

@@ -2,8 +2,9 @@
 task and batch, timed per step with its rollout / update split.
 
     pip install -e ".[peers]"                     # google-tunix, beside our JAX
-    python benchmarks/peers/tunix_grpo.py          # one run at the default sizes
+    python benchmarks/peers/tunix_peer.py          # one GRPO run and one sampler run
     python benchmarks/bench_grpo.py --peer tunix   # ours and tunix alternately, with ratios
+    python benchmarks/bench_sampler.py --peer tunix
 
 Written against tunix's public API (`RLCluster`, `GRPOLearner`, `tunix.models.qwen2`,
 `tunix.generate.sampler.Sampler`); nothing of tunix's code is copied here. The model is tunix's
@@ -11,7 +12,9 @@ Qwen2 module at our `CausalLM`'s shapes (RMSNorm, SwiGLU, RoPE, untied embedding
 initialised; the tokenizer is ours (bytes), behind the duck-typed tokenizer tunix accepts; the
 prompts are the 3-digit arithmetic task's and the reward is its exact-match score.
 
-What is timed: one GRPO global step of `GRPOLearner.train` (rollout, advantages, and the actor
+What is timed: `sampler_seconds`, one call of tunix's `Sampler` (the KV-cache sampler its
+vanilla rollout uses) on a batch of prompts, EOS disabled so that every row makes every token;
+`grpo_steps`, one GRPO global step of `GRPOLearner.train` (rollout, advantages, and the actor
 update over the batch), with the rollout part (`_generate_and_compute_advantage`) and the update
 part (`RLCluster.update_actor`) timed separately, after `warmup` steps that compile.
 """
@@ -113,7 +116,7 @@ def grpo_steps(s: Sizes, steps: int, warmup: int = 2) -> list[dict]:
                 actor_optimizer=optax.adam(s.lr), eval_every_n_steps=10 ** 9, max_steps=total),
             rollout_config=base_rollout.RolloutConfig(
                 max_tokens_to_generate=s.new_tokens, max_prompt_length=s.prompt_len,
-                kv_cache_size=s.prompt_len + s.new_tokens + 8, temperature=1.0, top_p=1.0)))
+                kv_cache_size=s.prompt_len + s.new_tokens, temperature=1.0, top_p=1.0)))
     learner = grpo.GRPOLearner(
         rl_cluster=cluster, reward_fns=[reward],
         algo_config=grpo.GRPOConfig(num_generations=s.group_size, num_iterations=1, beta=0.0))
@@ -153,6 +156,30 @@ def grpo_steps(s: Sizes, steps: int, warmup: int = 2) -> list[dict]:
     return rows[warmup:]
 
 
+def sampler_seconds(s: Sizes, batch: int, new_tokens: int, repeats: int) -> list[float]:
+    """Seconds of `repeats` calls of tunix's `Sampler` on `batch` prompts of `s.prompt_len`
+    tokens, `new_tokens` sampled tokens each (temperature 1, EOS never sampled), after one call
+    that compiles."""
+    from tunix.generate import sampler as tunix_sampler
+
+    model = _model(s)
+    rng = np.random.default_rng(0)
+    # prompt_len tokens with the start token tunix puts first (ours: random full-length prompts)
+    prompts = ["".join(map(chr, rng.integers(97, 123, s.prompt_len - 1))) for _ in range(batch)]
+    sampler = tunix_sampler.Sampler(
+        model, _Bytes(), tunix_sampler.CacheConfig(
+            cache_size=s.prompt_len + new_tokens, num_layers=s.layers,
+            num_kv_heads=s.kv_heads, head_dim=s.d_model // s.heads))
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = sampler(prompts, max_generation_steps=new_tokens, max_prompt_length=s.prompt_len,
+                      eos_tokens=[s.vocab], temperature=1.0, top_p=1.0, seed=i)
+        jax.block_until_ready(out.tokens)
+        times.append(time.perf_counter() - t0)
+    return times[1:]
+
+
 def summarize(rows: list[dict]) -> dict:
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     out["completion_tokens_per_s"] = out["tokens"] / out["step_s"]
@@ -167,6 +194,8 @@ def main(argv=None) -> dict:
     s = Sizes(layers=1, d_model=32, heads=2, kv_heads=2, d_ff=64, prompts=2, group_size=2,
               new_tokens=8) if a.smoke else Sizes()
     result = summarize(grpo_steps(s, 1 if a.smoke else a.steps))
+    batch, new = (4, 8) if a.smoke else (64, 64)
+    result["sampler_tokens_per_s"] = batch * new / min(sampler_seconds(s, batch, new, 2))
     print(json.dumps(result, indent=2))
     return result
 
