@@ -10,6 +10,11 @@ The model is freshly initialised, so completions run to (close to) the full leng
 (`benchmarks/peers/tunix_peer.py`), alternately with ours (--pairs A B pairs of --steps steps
 each), and prints the per-pair step ratios and their median: figures from one run on one
 machine, never against numbers measured elsewhere.
+
+The roofline: the machine's matmul rate at the update's shapes ([rows x tokens, d] @ [d, n] for
+the projections, the SwiGLU and the head), measured in the same run, against the update's FLOPs
+from the compiler (`cost_analysis()` of the update program) and generation's from the model's
+shapes; it prints the fraction of that rate each achieves.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
-from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from jaxrl_suite.core.parallel import make_mesh, shard_batch
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
@@ -36,6 +42,54 @@ PRESETS = {
                          d_ff=4864, rope_theta=1e6, tie_embeddings=True, qkv_bias=True,
                          max_len=32768),
 }
+
+def matmul_rate(shapes: list[tuple[int, int, int]], dtype, repeats: int = 5) -> dict:
+    """The machine's matmul rate at `shapes` ([m, k] @ [k, n]), each a jitted dot timed after
+    a compile (best of `repeats`): GFLOP/s per shape and over all of them (total FLOPs / total
+    time)."""
+    per, flops, seconds = {}, 0.0, 0.0
+    for m, k, n in shapes:
+        a = jnp.ones((m, k), dtype)
+        b = jnp.ones((k, n), dtype)
+        dot = jax.jit(jnp.dot)
+        jax.block_until_ready(dot(a, b))
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(dot(a, b))
+            best = min(best, time.perf_counter() - t0)
+        per[f"{m}x{k}x{n}"] = 2 * m * k * n / best / 1e9
+        flops, seconds = flops + 2 * m * k * n, seconds + best
+    return {"gflops_per_s": flops / seconds / 1e9, "per_shape": per}
+
+
+def roofline(a, cfg, trainer, state, prompt_len: int, gen_s: float, upd_s: float) -> dict:
+    """The achieved fraction of the machine's matmul rate: the update's FLOPs from the
+    compiler (`cost_analysis()` of the update program on a real batch), generation's from the
+    model's shapes (a while loop's cost is not counted by XLA), against `matmul_rate` at the
+    update's matmul shapes, measured in this run."""
+    seq, old_logp, rewards, _ = trainer.rollout(state, trainer.batch(0))
+    adv = shard_batch(np.asarray(trainer.group_advantages(rewards), np.float32), trainer.mesh)
+    lowered = jax.jit(trainer.update_fn).lower(state, GRPOBatch(seq, old_logp, None, adv))
+    cost = lowered.compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    update_flops = float(cost["flops"])
+    rows, total = a.prompts * a.group_size, prompt_len + a.new_tokens
+    d, f, v, n_layers = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layers
+    kv = cfg.n_kv_heads * (d // cfg.n_heads)
+    # per token: q, o (d x d), k, v (d x kv), SwiGLU (3 d x f) per layer, then the head (d x v)
+    matmul_params = n_layers * (2 * d * d + 2 * d * kv + 3 * d * f) + d * v
+    # every row runs every position (prefill + decode), attending to the whole cache
+    gen_flops = rows * total * (2 * matmul_params + 4 * n_layers * d * total)
+    m = rows * total
+    shapes = sorted({(m, d, d), (m, d, kv), (m, d, f), (m, f, d), (m, d, v)})
+    rate = matmul_rate(shapes, cfg.dtype)
+    peak = rate["gflops_per_s"] * 1e9
+    return {"matmul": rate, "update_gflop": update_flops / 1e9,
+            "generation_gflop": gen_flops / 1e9,
+            "update_fraction": update_flops / upd_s / peak,
+            "generation_fraction": gen_flops / gen_s / peak}
+
 
 def _median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
@@ -122,6 +176,7 @@ def main(argv=None) -> dict:
         rows = ours(a.steps)
     step_s, gen_s, upd_s, tokens = (_median(rows, k) for k in
                                     ("step_s", "generation_s", "update_s", "tokens"))
+    roof = roofline(a, cfg, trainer, state, prompt_len, gen_s, upd_s)
     n_params = sum(x.size for x in jax.tree.leaves(params))
     result = {
         "sizes": {"layers": a.layers, "d_model": a.d_model, "heads": a.heads, "d_ff": cfg.d_ff,
@@ -131,7 +186,7 @@ def main(argv=None) -> dict:
         "step_s": step_s, "generation_s": gen_s, "update_s": upd_s,
         "completion_tokens_per_step": tokens, "completion_tokens_per_s": tokens / step_s,
         "devices": jax.device_count(), "backend": jax.default_backend(),
-        "mesh": dict(trainer.mesh.shape),
+        "mesh": dict(trainer.mesh.shape), "roofline": roof,
     }
     print(f"GRPO step ({n_params / 1e6:.2f}M params, {a.prompts} prompts x G={a.group_size}, "
           f"{a.new_tokens} new tokens, {jax.default_backend()} x{jax.device_count()}, mesh "
@@ -139,6 +194,13 @@ def main(argv=None) -> dict:
     print(f"  step {step_s:.3f} s = generation {gen_s:.3f} s ({gen_s / step_s:.0%}) "
           f"+ update {upd_s:.3f} s ({upd_s / step_s:.0%})")
     print(f"  completion tokens/s {tokens / step_s:,.0f} ({tokens:.0f} tokens per step)")
+    rate = roof["matmul"]["gflops_per_s"]
+    print(f"  roofline: matmul rate at the update's shapes {rate:.1f} GFLOP/s ("
+          + ", ".join(f"{k} {r:.0f}" for k, r in roof["matmul"]["per_shape"].items()) + ")")
+    print(f"    update {roof['update_gflop']:.1f} GFLOP (compiler) in {upd_s:.3f} s = "
+          f"{roof['update_gflop'] / upd_s:.1f} GFLOP/s, {roof['update_fraction']:.0%} of it")
+    print(f"    generation {roof['generation_gflop']:.1f} GFLOP (model shapes) in {gen_s:.3f} s = "
+          f"{roof['generation_gflop'] / gen_s:.1f} GFLOP/s, {roof['generation_fraction']:.0%}")
     if a.peer:
         p_step, p_roll, p_upd, p_tok = (_median(peer_rows, k) for k in
                                         ("step_s", "rollout_s", "update_s", "tokens"))

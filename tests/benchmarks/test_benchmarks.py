@@ -26,6 +26,10 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     assert unit in printed  # the throughput figures are printed
     if name == "bench_rollout":  # every engine reproduced the static sampler's completions
         assert [r["identical"] for r in figures["engines"]] == [True] * 6
+    if name == "bench_grpo":  # the roofline: compiler FLOPs of the update, a measured rate
+        roof = figures["roofline"]
+        assert roof["update_gflop"] > 0 and roof["matmul"]["gflops_per_s"] > 0
+        assert roof["update_fraction"] > 0 and "roofline" in printed
     if name == "bench_sandbox":  # the pools agreed with the serial loop on every status
         assert figures["statuses"] == {"error": 2, "failed": 4, "ok": 2}  # syntax error: error
         assert all(r["programs_per_s"] > 0 for r in figures["pools"])
