@@ -11,9 +11,9 @@ Prints, all measured in this process with identical network and hyperparameters:
 - our PPO vs `make_single_file_train`, a single-file PPO written in PureJaxRL's style (the
   "abstraction tax"; the target is within 10 %).
 Times exclude compilation (reported separately); each timed run is repeated and the fastest kept.
-Reference on this kind of 2-core machine (issue #3): PureJaxRL's own ppo.py trains one seed in
-~5.0 s (~100k env-steps/s, final return ~472) and 8 vmapped seeds in ~29.5 s (135k env-steps/s,
-1.36x over sequential).
+With --peer purejaxrl, a PPO in PureJaxRL's structure that shares none of our code
+(`benchmarks/peers/purejaxrl_ppo.py`) runs beside ours, alternately (--pairs A B pairs), for one
+seed and for --seeds seeds in one jit(vmap); it prints the per-pair ratios and their median.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ from ppo_baselines import PythonLoopPPO, make_single_file_train  # noqa: E402
 
 from jaxrl_suite.algorithms.ppo import PPOConfig, make_train, seed_keys  # noqa: E402
 
-REFERENCE = {"single_seed_s": 5.0, "single_seed_steps_per_s": 100_000, "final_return": 472,
-             "vmap8_s": 29.5, "vmap8_steps_per_s": 135_000, "vmap_speedup": 1.36}
-
 
 def _timed(fn, *args, repeats: int):
     best, out = float("inf"), None
@@ -52,6 +49,30 @@ def _compile(fn, *args):
     return compiled, time.perf_counter() - t0
 
 
+def _peer_pairs(a, cfg, ours_c, ours_vmapped, key, keys) -> dict:
+    """Ours and the peer alternately (A B A B ...): `a.pairs` pairs for one seed, then for the
+    vmapped seeds; each ratio is the peer's time over ours in one pair (> 1: ours is faster)."""
+    from peers.purejaxrl_ppo import make_train as peer_train  # benchmarks/peers/
+
+    peer = peer_train(cfg)
+    peer_c, _ = _compile(peer, key)
+    peer_vmapped, _ = _compile(jax.vmap(peer), keys)
+    out = {}
+    for what, mine, theirs, arg in (("single", ours_c, peer_c, key),
+                                    ("vmap", ours_vmapped, peer_vmapped, keys)):
+        t_mine, t_theirs = [], []
+        for _ in range(a.pairs):
+            t, _ = _timed(mine, arg, repeats=1)
+            t_mine.append(t)
+            t, (_, returns) = _timed(theirs, arg, repeats=1)
+            t_theirs.append(t)
+        ratios = [p / m for m, p in zip(t_mine, t_theirs, strict=True)]
+        out[what] = {"ours_s": min(t_mine), "peer_s": min(t_theirs), "per_pair": ratios,
+                     "ratio": float(np.median(ratios)),
+                     "peer_final_return": float(np.mean(np.asarray(returns)[..., -10:]))}
+    return out
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--timesteps", type=int, default=500_000)
@@ -61,6 +82,9 @@ def main(argv=None) -> dict:
     p.add_argument("--loop-iterations", type=int, default=4,
                    help="iterations timed for the Python-loop baseline (after 1 warm-up)")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--peer", choices=["purejaxrl"], default=None,
+                   help="also run this peer alternately, 1 seed and --seeds seeds")
+    p.add_argument("--pairs", type=int, default=3, help="A B pairs with --peer")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, for tests")
     p.add_argument("--out", type=Path, default=Path("results/bench_ppo.json"))
     a = p.parse_args(argv)
@@ -112,8 +136,9 @@ def main(argv=None) -> dict:
         "vmap_s": t_vmap, "vmap_compile_s": vmap_compile, "sequential_s": t_seq,
         "vmap_speedup": t_seq / t_vmap, "vmap_steps_per_s": a.seeds * steps_per_seed / t_vmap,
         "vmap_final_returns": vmap_returns.tolist(),
-        "reference_purejaxrl": REFERENCE,
     }
+    if a.peer:
+        result[a.peer] = _peer_pairs(a, cfg, ours_c, vmapped, key, keys)
     print(f"PPO CartPole-v1, {cfg.num_envs} envs x {cfg.num_steps} steps, {steps_per_seed:,} "
           f"env-steps per seed ({jax.devices()[0].platform})")
     print(f"  ours, 1 seed:         {t_ours:6.2f} s  {sps_ours:>10,.0f} env-steps/s  "
@@ -126,10 +151,13 @@ def main(argv=None) -> dict:
     print(f"  {a.seeds} seeds, jit(vmap): {t_vmap:6.2f} s  {result['vmap_steps_per_s']:>10,.0f} "
           f"env-steps/s  vs {t_seq:.2f} s sequential -> {result['vmap_speedup']:.2f}x  "
           f"(median final return {np.median(vmap_returns):.1f})")
-    print(f"  reference PureJaxRL (2-core CPU): 1 seed {REFERENCE['single_seed_s']} s, 8 seeds "
-          f"{REFERENCE['vmap8_s']} s ({REFERENCE['vmap_speedup']}x); ours: "
-          f"{REFERENCE['single_seed_s'] / t_ours:.2f}x and {REFERENCE['vmap8_s'] / t_vmap:.2f}x "
-          "its speed" + (" (sizes differ: --smoke)" if a.smoke else ""))
+    if a.peer:
+        peer = result[a.peer]
+        for what, label in (("single", "1 seed"), ("vmap", f"{a.seeds} seeds, jit(vmap)")):
+            r = peer[what]
+            print(f"  vs {a.peer} ({label}): ours {r['ours_s']:.2f} s, peer {r['peer_s']:.2f} s "
+                  f"(final return {r['peer_final_return']:.1f}) -> ours {r['ratio']:.2f}x its "
+                  f"speed (median of the pairs {', '.join(f'{x:.2f}' for x in r['per_pair'])})")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     return result
