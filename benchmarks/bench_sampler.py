@@ -183,17 +183,18 @@ def bench_throughput(args, model, params, rng) -> dict:
     prompt, mask = _prompts(args.tp_batch, args.prompt_len, args.vocab, rng)
     sampler = _sampler(model, args.tp_new_tokens)
     tokens = args.tp_batch * args.tp_new_tokens
+    if args.peer:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # as bench_ppo does
+        from peers import tunix_peer  # benchmarks/peers/tunix_peer.py
+
+        sizes = tunix_peer.Sizes(layers=args.layers, d_model=args.d_model, heads=args.heads,
+                                 kv_heads=args.kv_heads, d_ff=args.d_ff, vocab=args.vocab,
+                                 prompt_len=args.prompt_len)
     ours, peer, ratios = [], [], []
     for _ in range(args.pairs if args.peer else 1):
         best, med = _time(sampler, params, prompt, mask, rng, repeats=args.repeats)
         ours.append((best, med))
         if args.peer:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # as bench_ppo does
-            from peers import tunix_peer  # benchmarks/peers/tunix_peer.py
-
-            sizes = tunix_peer.Sizes(layers=args.layers, d_model=args.d_model, heads=args.heads,
-                                     kv_heads=args.kv_heads, d_ff=args.d_ff, vocab=args.vocab,
-                                     prompt_len=args.prompt_len)
             theirs = min(tunix_peer.sampler_seconds(sizes, args.tp_batch, args.tp_new_tokens,
                                                     args.repeats))
             peer.append(theirs)

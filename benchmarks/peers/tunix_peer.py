@@ -89,6 +89,7 @@ def grpo_steps(s: Sizes, steps: int, warmup: int = 2) -> list[dict]:
     """`steps` timed GRPO steps of tunix after `warmup` untimed ones: per step the wall time,
     the rollout and update parts, and the completion tokens."""
     import optax
+    from flax import nnx
     from tunix.rl import rl_cluster as rl
     from tunix.rl.grpo import grpo_learner as grpo
     from tunix.rl.rollout import base_rollout
@@ -128,16 +129,13 @@ def grpo_steps(s: Sizes, steps: int, warmup: int = 2) -> list[dict]:
         def wrapper(*args, **kwargs):
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
-            jax.block_until_ready(jax.tree.leaves(nnx_state(actor)))
+            # the rollout's arrays, or (update_actor returns None) the updated params
+            jax.block_until_ready(out if out is not None else nnx.state(actor, nnx.Param))
             parts[key] += time.perf_counter() - t0
             if key == "rollout":
                 parts["tokens"] += int(np.asarray(out.completion_mask).sum())
             return out
         return wrapper
-
-    def nnx_state(module):
-        from flax import nnx
-        return nnx.state(module, nnx.Param)
 
     learner._generate_and_compute_advantage = timed(learner._generate_and_compute_advantage,
                                                     "rollout")
