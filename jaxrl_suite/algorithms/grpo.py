@@ -46,6 +46,7 @@ from jaxrl_suite.core.parallel import (
     batch_shards,
     data_sharding,
     gather_rows,
+    gradient_compiler_options,
     host_local,
     jit_on_mesh,
     print0,
@@ -617,7 +618,8 @@ class SFTTrainer(LMTrainer):
                 key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
                 return step(state, (seq, key))
 
-            self._update = jit_on_mesh(keyed, keep_placement=True)
+            self._update = jit_on_mesh(keyed, keep_placement=True,
+                                       compiler_options=gradient_compiler_options())
             return
         # sft_loss is a token mean: micro-batches weigh by their token counts.
         self._update = jit_on_mesh(make_train_step(
@@ -625,7 +627,7 @@ class SFTTrainer(LMTrainer):
             micro_batches=_micro_batches(config.batch_size, config.train_micro_batch),
             weight_fn=lambda seq: jnp.sum(seq.train_mask), sum_metrics=("tokens",),
             trainable=self.trainable,
-        ), keep_placement=True)
+        ), keep_placement=True, compiler_options=gradient_compiler_options())
 
     def init_state(self, params, rng) -> TrainState:
         return self.place_state(init_train_state(params, self.optimizer, rng,
@@ -808,7 +810,8 @@ class GRPOTrainer(LMTrainer):
             # [mu, rows, N]: the estimates under each mask seed, no gradient
             self._score = jit_on_mesh(lambda p, seq, keys: jax.lax.map(
                 lambda k: scorer(p, seq, jax.random.wrap_key_data(k)), keys))
-        self._update = jit_on_mesh(update, keep_placement=True)
+        self._update = jit_on_mesh(update, keep_placement=True,
+                                   compiler_options=gradient_compiler_options())
         # Log-probs of the completions (reference; the trainer's old ones under TIS), no
         # gradient, grpo.logprob_micro_batch rows at a time.
         self._logp = jit_on_mesh(lambda p, seq: map_rows(
