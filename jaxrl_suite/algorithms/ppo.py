@@ -43,7 +43,7 @@ from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs import contextual
 from jaxrl_suite.envs.offline import evaluate_policy
 from jaxrl_suite.losses.ppo import gae, ppo_loss
-from jaxrl_suite.models.actor_critic import ActorCritic
+from jaxrl_suite.models.actor_critic import ActorCritic, Categorical, DiagGaussian
 
 # Float hyperparameters that `train(rng, hparams)` takes as traced values (vmappable in `sweep`).
 HPARAMS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
@@ -300,17 +300,26 @@ class PPO:
         tx = self.optimizer(hp)
         rng, k_ctx, k_roll, k_epochs, k_val, k_cur = jax.random.split(runner.rng, 6)
         env_params = self._episode_params(runner.curriculum, k_ctx)
-        v_step = jax.vmap(env.step, in_axes=(0, 0, 0, self._params_axis))
+        # Every random number of the rollout is drawn here, in batched calls, before the time
+        # loop: on CPU each small `jax.random` call inside the scan body is a loop of its own.
+        k_noise, k_step, k_reset = jax.random.split(k_roll, 3)
+        T, N = cfg.num_steps, cfg.num_envs
+        dist_cls = Categorical if env.discrete else DiagGaussian
+        noise = dist_cls.noise(k_noise, (T, N, env.num_actions))
+        step_keys = jax.random.split(k_step, (T, N))
+        resets = jax.vmap(jax.vmap(env.reset, in_axes=(0, self._params_axis)), in_axes=(0, None))(
+            jax.random.split(k_reset, (T, N)), env_params
+        )  # the episode each env would start if step t ended its current one
+        v_step = jax.vmap(env.step, in_axes=(0, 0, 0, None, 0))
 
-        def env_step(carry, key):
+        def env_step(carry, xs):
             env_state, obs, ep_ret = carry
-            k_act, k_env = jax.random.split(key)
+            keys, eps, reset = xs
             dist, value = net.apply(runner.params, obs)
-            action = dist.sample(k_act)
+            action = dist.sample_from(eps)
             logp = dist.log_prob(action)
             obs2, env_state2, reward, term, trunc, info = v_step(
-                jax.random.split(k_env, cfg.num_envs), env_state, self._env_action(action),
-                env_params,
+                keys, env_state, self._env_action(action), None, reset
             )
             done = jnp.logical_or(term, trunc)
             ep_ret = ep_ret + reward
@@ -324,7 +333,7 @@ class PPO:
         (env_state, obs, ep_ret), traj = jax.lax.scan(
             env_step,
             (runner.env_state, runner.obs, runner.episode_return),
-            jax.random.split(k_roll, cfg.num_steps),
+            (step_keys, noise, resets),
         )
         _, next_values = net.apply(runner.params, traj.final_obs)
         adv, targets = gae(

@@ -466,7 +466,12 @@ class ContextualEnv:
         return self.observation(base_obs, params), ContextualState(env_state, params)
 
     def step(
-        self, key: jax.Array, state: ContextualState, action: Any, params: Any = None
+        self,
+        key: jax.Array,
+        state: ContextualState,
+        action: Any,
+        params: Any = None,
+        reset: tuple[jax.Array, ContextualState] | None = None,
     ) -> tuple[jax.Array, ContextualState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
         """One transition in the episode's context, auto-resetting into `params` when it ends.
 
@@ -476,6 +481,10 @@ class ContextualEnv:
           action: the action.
           params: the context of the *next* episode, used only if this step ends the episode
             (default: `default_params`).
+          reset: the next episode's `(obs, state)`, drawn ahead by `reset(key_reset, params)`
+            (a rollout can draw all its resets in one batched call before its time loop). Then
+            `key` is the step key alone and `params` is not used; `step(k, s, a, p)` equals
+            `step(k_step, s, a, reset=reset(k_reset, p))` with `k_step, k_reset = split(k)`.
 
         Returns:
           (obs, state, reward, terminated, truncated, info), gymnax's six-value API. After a
@@ -484,23 +493,20 @@ class ContextualEnv:
           (with the finished episode's visible context). `info` also has "terminated",
           "truncated" and gymnax's "discount".
         """
-        if params is None:
-            params = self.default_params
-        key_step, key_reset = jax.random.split(key)
+        if reset is None:
+            key, key_reset = jax.random.split(key)
+            reset = self.reset(key_reset, params)
+        obs_re, state_re = reset
         obs_st, env_st, reward, terminated, info = self.base.step_env(
-            key_step, state.env_state, action, state.params
+            key, state.env_state, action, state.params
         )
         truncated = self.base.is_truncated(env_st, state.params)
         done = jnp.logical_or(terminated, truncated)
-        obs_re, env_re = self.base.reset_env(key_reset, params)
 
         final_obs = self.observation(obs_st, state.params)
-        obs = jnp.where(done, self.observation(obs_re, params), final_obs)
+        obs = jnp.where(done, obs_re, final_obs)
         select = lambda new, old: jnp.where(done, new, old)
-        new_state = ContextualState(
-            env_state=jax.tree.map(select, env_re, env_st),
-            params=jax.tree.map(select, params, state.params),
-        )
+        new_state = jax.tree.map(select, state_re, ContextualState(env_st, state.params))
         info = {
             **info,
             "terminated": terminated,

@@ -6,7 +6,9 @@ the policy head and 1.0 on the value head. Discrete actions get a categorical ov
 continuous actions a diagonal Gaussian whose log standard deviation is a state-independent
 parameter (initialised to 0).
 
-The distributions are small pytrees with `sample / log_prob / entropy / mode`, written here so that
+The distributions are small pytrees with `sample / log_prob / entropy / mode`, and
+`noise / sample_from` to draw a whole rollout's randomness ahead of its time loop (one batched draw
+instead of one small one per step, which XLA:CPU runs as a loop each). They are written here so that
 the suite needs no distribution library; `tests/models/test_actor_critic.py` checks them against
 direct formulas.
 """
@@ -67,6 +69,16 @@ class Categorical:
     def sample(self, key: jax.Array) -> jax.Array:
         return jax.random.categorical(key, self.logits)
 
+    @staticmethod
+    def noise(key: jax.Array, shape: Sequence[int]) -> jax.Array:
+        """Gumbel(0, 1) noise of the logits' `shape`, drawn ahead (e.g. for a whole rollout)."""
+        return jax.random.gumbel(key, shape)
+
+    def sample_from(self, noise: jax.Array) -> jax.Array:
+        """Gumbel-max: argmax(logits + noise) ~ pi; with `noise(key, logits.shape)` this is
+        exactly `sample(key)`."""
+        return jnp.argmax(self.logits + noise, axis=-1)
+
     def log_prob(self, action: jax.Array) -> jax.Array:
         logp = jax.nn.log_softmax(self.logits)
         return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -87,7 +99,16 @@ class DiagGaussian:
     log_std: jax.Array
 
     def sample(self, key: jax.Array) -> jax.Array:
-        return self.mean + jnp.exp(self.log_std) * jax.random.normal(key, self.mean.shape)
+        return self.sample_from(self.noise(key, self.mean.shape))
+
+    @staticmethod
+    def noise(key: jax.Array, shape: Sequence[int]) -> jax.Array:
+        """Standard normal noise of the mean's `shape`, drawn ahead (e.g. for a whole rollout)."""
+        return jax.random.normal(key, shape)
+
+    def sample_from(self, noise: jax.Array) -> jax.Array:
+        """mean + std * noise ~ pi for standard normal `noise`."""
+        return self.mean + jnp.exp(self.log_std) * noise
 
     def log_prob(self, action: jax.Array) -> jax.Array:
         z = (action - self.mean) * jnp.exp(-self.log_std)

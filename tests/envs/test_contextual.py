@@ -219,6 +219,11 @@ def test_auto_reset_uses_the_params_argument_as_the_next_context(ending):
         context_vector(nxt, CONTEXT_SPACES["CartPole-v1"]),
     )
     assert float(new.params.polemass_length) == pytest.approx(0.2)
+    # The same step with its reset drawn ahead (as the PPO rollout draws it) is bit-identical.
+    ahead = STEP(env, key_step, state, 1, None, env.reset(key_reset, nxt))
+    for got, want in zip(jax.tree.leaves(ahead), jax.tree.leaves((obs, new, reward, term, trunc,
+                                                                   info)), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_running_episode_keeps_its_context_and_default_matches_gymnax_step():

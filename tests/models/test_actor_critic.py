@@ -38,6 +38,25 @@ def test_diag_gaussian_matches_normal_density():
     np.testing.assert_allclose(x.std(0), [1.0, 2.0], rtol=0.05)
 
 
+def test_samples_from_noise_drawn_ahead_follow_the_distribution():
+    # Categorical: Gumbel-max over noise drawn ahead is `sample` with the same key, bit for bit,
+    # and its frequencies are the softmax's.
+    logits = jnp.array([1.0, 2.0, 0.5])
+    d = Categorical(jnp.broadcast_to(logits, (20000, 3)))
+    key = jax.random.key(2)
+    a = d.sample_from(Categorical.noise(key, d.logits.shape))
+    np.testing.assert_array_equal(a, d.sample(key))
+    p = np.exp(logits) / np.exp(logits).sum()
+    np.testing.assert_allclose(np.bincount(np.asarray(a), minlength=3) / 20000, p, atol=0.015)
+    # DiagGaussian: mean + std * standard normal noise.
+    g = DiagGaussian(jnp.broadcast_to(jnp.array([0.5, -1.0]), (20000, 2)),
+                     jnp.broadcast_to(jnp.array([0.0, math.log(2.0)]), (20000, 2)))
+    x = g.sample_from(DiagGaussian.noise(key, g.mean.shape))
+    np.testing.assert_array_equal(x, g.sample(key))
+    np.testing.assert_allclose(x.mean(0), [0.5, -1.0], atol=0.05)
+    np.testing.assert_allclose(x.std(0), [1.0, 2.0], rtol=0.05)
+
+
 def test_actor_critic_shapes_and_init_scales():
     net = ActorCritic(action_dim=3)
     params = net.init(jax.random.key(0), jnp.zeros(5))
