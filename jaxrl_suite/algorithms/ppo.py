@@ -79,6 +79,9 @@ class PPOConfig:
     eval_every: int = 0  # evaluate on the eval contexts every this many iterations (0 = never)
     eval_episodes: int = 1  # episodes per eval context
     eval_deterministic: bool = True  # evaluate the policy's mode instead of samples
+    # Also log grad_norm and param_norm (update_norm is always logged): ~4 % of an iteration on
+    # a CPU at the CartPole sizes (`core.train.apply_gradients(norms=...)`).
+    log_norms: bool = False
 
     def __post_init__(self):
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "value_resets"):
@@ -240,6 +243,15 @@ class PPO:
             return self.default_params
         return self.params_for(self.curriculum.sample(cstate, key, self.config.num_envs))
 
+    def _pin_context(self, state: contextual.ContextualState) -> contextual.ContextualState:
+        """Without a curriculum every episode runs in the default context: `state` with its
+        context replaced by the default params as constants (the same values), so that inside
+        the rollout loop XLA folds the auto-reset's per-step select over them away."""
+        if self._params_axis is not None:
+            return state
+        pin = lambda d, x: jnp.broadcast_to(jnp.asarray(d, x.dtype), x.shape)
+        return state.replace(params=jax.tree.map(pin, self.default_params, state.params))
+
     def _env_action(self, action):
         if self.env.discrete:
             return action
@@ -294,6 +306,27 @@ class PPO:
 
         return jax.vmap(one)
 
+    def _next_values(self, params, traj: Transition) -> jax.Array:
+        """V(s'_t) [T, N] for GAE, with a critic pass over only the rows that need one.
+
+        Where step t did not end its episode, s'_t is s_{t+1} and V(s'_t) is the rollout's own
+        `value[t + 1]`; where it was terminated, GAE multiplies V(s'_t) by 0. Only truncated
+        steps (V of their final observation) and the last step need the critic. An episode is
+        truncated after `max_steps_in_episode` steps and restarts at time 0, so an environment
+        truncates at most ceil(T / max_steps) times in T steps: those rows and the last step's
+        are gathered into one fixed-size batch of N * (ceil(T / max_steps) + 1) rows (padded)
+        instead of a pass over all T * N final observations.
+        """
+        T, N = traj.reward.shape
+        max_steps = int(self.default_params.max_steps_in_episode)
+        size = N * (-(-T // max_steps) + 1)
+        need = (traj.done & ~traj.terminated) | (jnp.arange(T) == T - 1)[:, None]
+        (idx,) = jnp.nonzero(need.reshape(-1), size=size, fill_value=T * N)
+        rows = traj.final_obs.reshape(T * N, -1).at[idx].get(mode="fill", fill_value=0.0)
+        _, v = self.network.apply(params, rows)
+        shifted = jnp.concatenate([traj.value[1:], jnp.zeros_like(traj.value[:1])])
+        return shifted.reshape(-1).at[idx].set(v, mode="drop").reshape(T, N)
+
     def update(self, runner: RunnerState, hp: Mapping[str, jax.Array]):
         """One PPO iteration: rollout, GAE, epochs x minibatches, curriculum update."""
         cfg, env, net = self.config, self.env, self.network
@@ -315,6 +348,7 @@ class PPO:
         def env_step(carry, xs):
             env_state, obs, ep_ret = carry
             keys, eps, reset = xs
+            env_state, reset = self._pin_context(env_state), (reset[0], self._pin_context(reset[1]))
             dist, value = net.apply(runner.params, obs)
             action = dist.sample_from(eps)
             logp = dist.log_prob(action)
@@ -335,7 +369,7 @@ class PPO:
             (runner.env_state, runner.obs, runner.episode_return),
             (step_keys, noise, resets),
         )
-        _, next_values = net.apply(runner.params, traj.final_obs)
+        next_values = self._next_values(runner.params, traj)
         adv, targets = gae(
             traj.reward, traj.value, next_values, traj.terminated, traj.done,
             hp["gamma"], hp["gae_lambda"],
@@ -358,7 +392,8 @@ class PPO:
 
         def minibatch_step(opt, mb):
             (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(opt.params, mb)
-            opt, update_metrics = apply_gradients(opt, grads, tx, loss=loss, keep="params")
+            opt, update_metrics = apply_gradients(opt, grads, tx, loss=loss, keep="params",
+                                                  norms=cfg.log_norms)
             return opt, {**metrics, **update_metrics}
 
         def epoch(carry, key):

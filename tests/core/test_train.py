@@ -95,6 +95,22 @@ def test_keep_params_keeps_only_the_parameters():
         apply_gradients(state, GRADS, tx, keep="none")
 
 
+def test_norms_false_gives_the_same_update_and_guards_on_the_update_alone():
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1))
+    state = init_param_state(PARAMS, tx)
+    full, m_full = apply_gradients(state, GRADS, tx, keep="params")
+    lean, m = apply_gradients(state, GRADS, tx, keep="params", norms=False)
+    jax.tree.map(np.testing.assert_array_equal, lean, full)
+    assert set(m) == {"update_norm", "finite"} and bool(m["finite"])
+    assert float(m["update_norm"]) == float(m_full["update_norm"])
+    # A NaN or an infinite gradient becomes a non-finite update through clipping and Adam.
+    inf_grads = {**GRADS, "w": GRADS["w"].at[0, 0].set(jnp.inf)}
+    for bad in (_with_nan(GRADS), inf_grads):
+        new, m = apply_gradients(state, bad, tx, keep="params", norms=False)
+        assert not bool(m["finite"])
+        jax.tree.map(np.testing.assert_array_equal, new.params, state.params)
+
+
 def _scan_run(keep: str, nan_at: int, steps: int = 6):
     """SGD on 0.5 * ||p - 1||^2 inside `lax.scan`; the gradient is NaN at step `nan_at`."""
     tx = optax.adam(0.1)
