@@ -25,3 +25,15 @@ cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/de
 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_lru_memory.py 2>&1 | tail -n 5 \
   | tee "$OUT/kernel_tests.txt"
 python3 benchmarks/bench_lru_kernel.py --out "$OUT/bench_lru_kernel.json" 2>&1 | grep -v WARNING
+# Issue 25: the side-by-side ratios against the peers (ours and the peer alternately, 3 pairs):
+# the PureJaxRL-style PPO always, tunix where it is installed (pip install -e ".[peers]").
+python3 benchmarks/bench_ppo.py --peer purejaxrl --pairs 3 --out "$OUT/bench_ppo_peer.json" 2>&1 \
+  | grep -v WARNING
+if python3 -c "import tunix" 2>/dev/null; then
+  python3 benchmarks/bench_grpo.py --peer tunix --pairs 3 --out "$OUT/bench_grpo_tunix.json" 2>&1 \
+    | grep -v WARNING
+  python3 benchmarks/bench_sampler.py --peer tunix --pairs 3 --out "$OUT/bench_sampler_tunix.json" \
+    2>&1 | grep -v WARNING
+else
+  echo "tunix is not installed: no tunix ratios (pip install -e '.[peers]')" | tee "$OUT/peers.txt"
+fi

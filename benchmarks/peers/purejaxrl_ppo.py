@@ -131,10 +131,16 @@ def make_train(cfg):
         frac = 1.0 - (count // (cfg.num_minibatches * cfg.update_epochs)) / cfg.num_updates
         return cfg.lr * frac
 
-    def train(rng):
-        network = ActorCritic(n_actions, tuple(cfg.hidden), cfg.activation)
+    network = ActorCritic(n_actions, tuple(cfg.hidden), cfg.activation)
+
+    def init(rng):
         rng, k_init = jax.random.split(rng)
-        params = network.init(k_init, jnp.zeros(env.observation_space(env_params).shape))
+        return rng, network.init(k_init, jnp.zeros(env.observation_space(env_params).shape))
+
+    def train(rng):
+        return run(*init(rng))
+
+    def run(rng, params):
         tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                          optax.adam(linear_schedule if cfg.anneal_lr else cfg.lr, eps=1e-5))
         opt_state = tx.init(params)
@@ -212,4 +218,9 @@ def make_train(cfg):
         (params, *_), metrics = jax.lax.scan(update_step, runner, None, cfg.num_updates)
         return params, metrics
 
+    # A seed sweep vmaps `run` over params initialised per seed: flax's orthogonal initializer
+    # calls LAPACK's QR, and two batched QRs running at once on XLA:CPU's thread pool can
+    # deadlock a 2-core machine (jaxlib 0.10; seen in `bench_ppo.py --peer purejaxrl`). The
+    # initialisation is outside the timed program either way.
+    train.init, train.run = init, run
     return train
