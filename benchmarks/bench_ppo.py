@@ -56,14 +56,15 @@ def _peer_pairs(a, cfg, ours_c, ours_vmapped, key, keys) -> dict:
     from peers.purejaxrl_ppo import make_train as peer_train  # benchmarks/peers/
 
     peer = peer_train(cfg)
-    peer_c, _ = _compile(peer.run, *peer.init(key))
     # the seeds' parameters initialised one by one (see peers/purejaxrl_ppo.py), then one jit(vmap)
-    inits = [jax.jit(peer.init)(k) for k in keys]
-    inits = jax.tree.map(lambda *x: jnp.stack(x), *inits)
+    init = jax.jit(peer.init)
+    single = init(key)
+    inits = jax.tree.map(lambda *x: jnp.stack(x), *[init(k) for k in keys])
+    peer_c, _ = _compile(peer.run, *single)
     peer_vmapped, _ = _compile(jax.vmap(peer.run), *inits)
     out = {}
     for what, mine, theirs, arg, peer_args in (
-            ("single", ours_c, peer_c, key, peer.init(key)),
+            ("single", ours_c, peer_c, key, single),
             ("vmap", ours_vmapped, peer_vmapped, keys, inits)):
         t_mine, t_theirs = [], []
         for _ in range(a.pairs):

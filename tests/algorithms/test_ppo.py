@@ -65,6 +65,18 @@ def test_updates_log_their_norms_and_a_nan_update_halts_the_run():
     assert np.isfinite(jax.tree.leaves(broken.params)[0]).all()
 
 
+def test_pinned_context_holds_the_same_values_and_only_without_a_curriculum():
+    ppo = PPO(SMALL)
+    _, state = jax.vmap(ppo.env.reset, in_axes=(0, None))(
+        jax.random.split(jax.random.key(0), 4), ppo.default_params)
+    pinned = ppo._pin_context(state)
+    for a, b in zip(jax.tree.leaves(pinned), jax.tree.leaves(state), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    ppo._params_axis = 0  # with a curriculum the contexts vary: nothing is pinned
+    assert ppo._pin_context(state) is state
+
+
 @pytest.mark.parametrize("max_steps", [500, 7])
 def test_next_values_gathered_for_truncations_equal_a_critic_pass_over_final_obs(max_steps):
     """`PPO._next_values` runs the critic only on truncated and last steps; on every step that
