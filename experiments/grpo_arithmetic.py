@@ -1,4 +1,4 @@
-"""GRPO on multi-digit addition: a small causal LM trained from scratch on CPU, over 3 seeds.
+"""GRPO on 2-digit addition: a small causal LM trained from scratch on CPU, over 3 seeds.
 
 Claim checked (DeepSeekMath, arXiv 2402.03300): RL with a verifiable reward and group-relative
 advantages raises held-out accuracy above the supervised (SFT-only) starting point.
@@ -8,11 +8,15 @@ advantages raises held-out accuracy above the supervised (SFT-only) starting poi
     jaxrl-suite run grpo_arithmetic --resume            # a killed run continues where it stopped
     python experiments/grpo_arithmetic.py --set grpo.steps=50
 
-Per seed of `run.seeds` (it seeds the model init, SFT and GRPO): SFT warm-up (teacher forcing on
-`<answer>a+b</answer>`) -> held-out greedy accuracy -> GRPO -> held-out greedy accuracy. Each seed
-checkpoints under checkpoints/grpo_sSEED/{sft,grpo} and logs runs/grpo_sSEED/metrics.jsonl; the
-study writes summary.json, table.md (mean ± std and each seed) and reward_curve.png (median and
-IQR over seeds) under results/grpo_arithmetic/.
+Per seed of `run.seeds` (it seeds the model init, SFT and GRPO): SFT (teacher forcing on
+`<answer>SUM</answer>`, the sum's digits least-significant first), stopped early by the start rule
+of docs/grpo.md (validation accuracy, never the held-out split) -> the start's held-out greedy and
+sampled accuracy and its per-digit loss -> GRPO -> held-out greedy and sampled accuracy; and the
+control: SFT continued from the same start for as many optimizer steps as GRPO takes. Each seed
+checkpoints under checkpoints/grpo_sSEED/{sft,grpo,sft_more} and logs runs/grpo_sSEED/metrics.jsonl
+(SFT, GRPO) and runs/sft_more_sSEED/metrics.jsonl (the control); the study writes summary.json,
+table.md (mean ± std and each seed) and reward_curve.png (median and IQR over seeds) under
+results/grpo_arithmetic/.
 """
 
 from __future__ import annotations
@@ -42,17 +46,43 @@ from jaxrl_suite.core.parallel import print0
 
 NAME = "grpo_arithmetic"
 VARIANT = "grpo"
-KEYS = ("sft_accuracy", "grpo_accuracy", "gain")
+KEYS = ("sft_accuracy", "grpo_accuracy", "gain", "sft_more_accuracy", "sft_sampled",
+        "grpo_sampled", "sft_more_sampled", "sft_steps")
+COLUMNS = {"sft_accuracy": "SFT greedy", "grpo_accuracy": "GRPO greedy", "gain": "gain",
+           "sft_more_accuracy": "SFT continued greedy", "sft_sampled": "SFT sampled",
+           "grpo_sampled": "GRPO sampled", "sft_more_sampled": "SFT continued sampled",
+           "sft_steps": "SFT steps"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    task: TaskConfig = TaskConfig(name="arithmetic", digits=2, prompt_len=6)
+    task: TaskConfig = TaskConfig(name="arithmetic", digits=2, prompt_len=6, digit_order="lsb")
     model: ModelConfig = ModelConfig()  # model.hf_path starts from a local HF checkpoint
     sft: SFTConfig = SFTConfig()
     grpo: GRPOConfig = GRPOConfig()
-    eval: EvalConfig = EvalConfig(num_examples=512, sampled_examples=64)
+    eval: EvalConfig = EvalConfig(num_examples=512, sampled_examples=512)
     run: RunConfig = RunConfig(seeds=(0, 1, 2))
+
+
+def place_loss(study: LMStudy, trainer, params) -> dict[str, float]:
+    """Mean teacher-forced NLL (nats) of each answer digit of the held-out problems by place
+    value ("units", "tens", "hundreds"), for a byte-level tokenizer (one token per
+    character; {} otherwise). ln 10 = 2.30 nats is chance for a digit."""
+    task, tok = study.lm.task, study.lm.tokenizer
+    examples = study.held_out
+    sols = [task.solution(e) for e in examples]
+    if any(len(tok.encode(s)) != len(s.encode()) for s in sols) or not hasattr(
+            task, "answer_places"):
+        return {}
+    nll, _ = trainer.solution_nll(trainer.completion_logprobs, params, examples)
+    by_place: dict[int, list[float]] = {}
+    for row, e, sol in zip(nll, examples, sols, strict=True):
+        first = sol.index(e.answer)  # the answer's first character inside its tags
+        for i, place in enumerate(task.answer_places(e)):
+            by_place.setdefault(place, []).append(float(row[first + i]))
+    names = ("units", "tens", "hundreds", "thousands")
+    return {names[p] if p < len(names) else f"10^{p}": float(np.mean(v))
+            for p, v in sorted(by_place.items())}
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
@@ -63,15 +93,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         t0, ckpt, run_dir = time.perf_counter(), study.checkpoint_dir(variant, seed), \
             study.run_dir(variant, seed)
         with study.log(run_dir, [(ckpt / "sft", 0), (ckpt / "grpo", cfg.sft.steps)]) as log:
-            sft_params = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log).params
+            sft_state = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log)
+            sft_params, sft_steps = sft_state.params, int(sft_state.step)
             grpo = study.grpo_trainer(cfg.grpo, ref_params=sft_params)
-            sft_eval = study.cached(run_dir / "sft_eval.json",
-                                    lambda: study.evaluate(grpo, sft_params))
-            print0(f"[{NAME}] seed {seed}: held-out accuracy after SFT:  "
-                   f"{sft_eval['greedy_accuracy']:.3f}")
-
-            state = study.fit(grpo, grpo.init_state(sft_params, lm_keys(seed).grpo),
-                              stage="grpo", num_steps=cfg.grpo.steps,
+            sft_eval = study.cached(run_dir / "sft_eval.json", lambda: {
+                **study.evaluate(grpo, sft_params),
+                "place_loss": place_loss(study, grpo, sft_params)})
+            print0(f"[{NAME}] seed {seed}: after {sft_steps} SFT steps, held-out greedy "
+                   f"{sft_eval['greedy_accuracy']:.3f}, sampled {sft_eval['sampled_accuracy']:.3f}")
+            init = grpo.init_state(sft_params, lm_keys(seed).grpo,
+                                   sft_opt_state=sft_state.opt_state)
+            state = study.fit(grpo, init, stage="grpo", num_steps=cfg.grpo.steps,
                               checkpoint_dir=ckpt / "grpo", logger=log,
                               step_offset=cfg.sft.steps,
                               callback=study.periodic_eval(grpo, cfg.grpo.steps),
@@ -79,15 +111,30 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             final = study.evaluate(grpo, state.params)
             log.log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
                      **eval_record(final)})
-        print0(f"[{NAME}] seed {seed}: held-out accuracy after GRPO: "
-               f"{final['greedy_accuracy']:.3f}")
+        # The control: the same SFT, continued from the start for as many optimizer steps.
+        more_dir = study.run_dir("sft_more", seed)
+        with study.log(more_dir, [(ckpt / "sft_more", 0)]) as log:
+            more = study.fit(study.sft_trainer(), sft_state, stage="sft_more",
+                             num_steps=sft_steps + cfg.grpo.steps,
+                             checkpoint_dir=ckpt / "sft_more", logger=log,
+                             cursor=sft_steps * cfg.sft.batch_size)
+            more_eval = study.evaluate(grpo, more.params)
+        print0(f"[{NAME}] seed {seed}: held-out greedy after GRPO {final['greedy_accuracy']:.3f} "
+               f"(sampled {final['sampled_accuracy']:.3f}), after continued SFT "
+               f"{more_eval['greedy_accuracy']:.3f} ({more_eval['sampled_accuracy']:.3f})")
         records = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["stage"] == "grpo"
                    ] if jax.process_index() == 0 else []  # process 0 writes the log
         tps = [r["tokens_per_s"] for r in records[1:]] or [0.0]  # step 1 includes compiling
         return {"sft_accuracy": sft_eval["greedy_accuracy"],
+                "sft_sampled": sft_eval["sampled_accuracy"],
                 "grpo_accuracy": final["greedy_accuracy"],
+                "grpo_sampled": final["sampled_accuracy"],
                 "gain": final["greedy_accuracy"] - sft_eval["greedy_accuracy"],
-                "sampled": {k: v for k, v in final.items() if k != "greedy_accuracy"},
+                "sft_more_accuracy": more_eval["greedy_accuracy"],
+                "sft_more_sampled": more_eval["sampled_accuracy"],
+                "sft_steps": sft_steps, "sft_place_loss": sft_eval["place_loss"],
+                "sampled": {k: v for k, v in final.items()
+                            if k not in ("greedy_accuracy", "sampled_accuracy")},
                 "tokens_per_s_mean": float(np.mean(tps)),
                 "wall_time_s": time.perf_counter() - t0}
 
@@ -97,15 +144,20 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                     stage="grpo", smooth=10, title=f"GRPO on {cfg.task.title}: median and IQR "
                     f"over {len(study.seeds)} seeds")
     mean = {k: stats[VARIANT][k]["mean"] for k in KEYS}
-    per_seed = {f"seed {r['seed']}": r for r in study.per_variant(results)[VARIANT]}
+    runs = study.per_variant(results)[VARIANT]
+    per_seed = {f"seed {r['seed']}": r for r in runs}
     return study.finish({
         "experiment": NAME, "variants": stats,
         "sft_heldout_accuracy": mean["sft_accuracy"],
         "grpo_heldout_accuracy": mean["grpo_accuracy"], "gain": mean["gain"],
+        "sft_more_heldout_accuracy": mean["sft_more_accuracy"],
+        "sft_heldout_sampled": mean["sft_sampled"], "grpo_heldout_sampled": mean["grpo_sampled"],
+        "sft_place_loss": {f"seed {r['seed']}": r["sft_place_loss"] for r in runs},
         "heldout_examples": len(study.held_out), "wall_time_s": time.perf_counter() - t_start,
         "devices": int(study.lm.mesh.devices.size), "processes": jax.process_count(),
         "resumed": opts.resume, "config": to_dict(cfg),
-    }, study.table(stats, KEYS, first=per_seed))
+    }, study.table(stats, COLUMNS, first=per_seed,
+                   formats={"sft_steps": ".0f"}))
 
 
 def evaluate(cfg: Config, opts: EvalOptions) -> dict:
@@ -116,7 +168,8 @@ def evaluate(cfg: Config, opts: EvalOptions) -> dict:
 
 EXPERIMENT = Experiment(
     name=NAME, config_cls=Config, run=run, evaluate=evaluate, config=CONFIGS / f"{NAME}.yaml",
-    description="SFT then GRPO on n-digit addition, 3 seeds (DeepSeekMath GRPO)",
+    description="SFT then GRPO on 2-digit addition, with a continued-SFT control, 3 seeds "
+                "(DeepSeekMath GRPO)",
 )
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.parallel import (
@@ -92,6 +93,11 @@ from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling import ContinuousSampler, GenerateOutput, KVCacheSampler, Sampler
 from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 
+# The first training-split index of the validation problems (`SFTConfig.stop_accuracy`): far
+# beyond any data cursor of a run, so a generated task's validation problems are fresh draws of
+# the training distribution (a small task's may repeat training problems; none is held out).
+VALIDATION_START = 10**7
+
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
@@ -107,9 +113,19 @@ class SFTConfig:
     # per chunk of the output projection (0 = the full [B, T, V] logits; see losses/chunked.py).
     train_micro_batch: int = 0
     logprob_chunk: int = 0
+    # Early stopping on a validation set (for an RL start that is competent but leaves headroom):
+    # every stop_every steps, greedy accuracy on stop_examples training-split problems drawn far
+    # beyond the SFT's data cursor (`VALIDATION_START`; never the held-out split); SFT ends at the
+    # first check that reaches stop_accuracy (None = off: `steps` steps), at most `steps` steps.
+    stop_accuracy: float | None = None
+    stop_every: int = 10
+    stop_examples: int = 256
 
     def __post_init__(self):
-        _check_positive(self, "steps", "batch_size")
+        _check_positive(self, "steps", "batch_size", "stop_every", "stop_examples")
+        if self.stop_accuracy is not None and not 0.0 < self.stop_accuracy <= 1.0:
+            raise ValueError(f"sft.stop_accuracy must be in (0, 1] or null, got "
+                             f"{self.stop_accuracy}")
         _check_nonnegative(self, "sft", "train_micro_batch", "logprob_chunk")
         _check_divides(self, "sft", self.batch_size, "train_micro_batch")
 
@@ -123,10 +139,26 @@ class GRPOConfig:
     temperature: float = 1.0  # sampling temperature (log-probs are taken at the same temperature)
     top_k: int = 0  # sample from the k most likely tokens (0 = off)
     top_p: float = 1.0  # nucleus sampling mass (1.0 = off)
-    lr: float = 1e-4  # AdamW learning rate (constant after warm-up)
-    warmup_steps: int = 0  # linear warm-up steps
+    lr: float = 1e-4  # peak AdamW learning rate
+    warmup_steps: int = 0  # linear warm-up steps from 0 to lr
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # after the warm-up: constant, or a
+    # cosine decay to lr / 10 at grpo.steps
+    # Start AdamW from the SFT optimizer's moments (mu, nu and their bias-correction count) rather
+    # than from zeros: `GRPOTrainer.init_state(..., sft_opt_state=)`; the lr schedule (warm-up
+    # included) still starts at step 0.
+    carry_optimizer: bool = False
     max_grad_norm: float = 1.0  # global-norm gradient clipping
     mu: int = 1  # inner updates per batch, against the stored old log-probs (one step each)
+    # Dynamic sampling (DAPO, arXiv 2503.14476): a group whose G rewards are all equal has zero
+    # advantage and no gradient. With it on, each step draws rollouts of prompts_per_step prompts
+    # at a time, up to max_draws of them (`GRPOTrainer.batch` hands the step max_draws x
+    # prompts_per_step prompts), and keeps the groups whose rewards are not all equal until
+    # prompts_per_step are kept; if the cap leaves the batch short, the free places hold
+    # all-equal groups with their loss mask zeroed (no term in any loss). Logged: kept_frac (the
+    # kept share of the drawn groups), draws (rollouts drawn this step), filled (the share of the
+    # batch that carries a gradient). reward / accuracy / zero_std_frac describe every drawn group.
+    dynamic_sampling: bool = False
+    max_draws: int = 4
     # Policy loss, by name in losses.POLICY_LOSSES: "grpo" (token ratio), "gspo" (sequence ratio;
     # its paper uses clip_eps=3e-4, clip_eps_high=4e-4), "cispo" (clipped detached IS weight
     # times logp; its paper sets no lower clip, e.g. clip_eps=1.0, and loss_type "dapo").
@@ -134,7 +166,10 @@ class GRPOConfig:
     clip_eps: float = 0.2  # ratio clip range below 1
     clip_eps_high: float | None = None  # clip range above 1 (DAPO clip-higher); None = clip_eps
     beta: float = 0.0  # weight of the k3 KL to the frozen reference (the SFT model)
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"  # token aggregation
+    # Token aggregation (losses.grpo): "dapo" (a token mean over the batch; TRL's default),
+    # "grpo" (a mean per sequence, then over sequences: short completions weigh more per token),
+    # "dr_grpo" (a sum over a constant N per sequence), "bnpo".
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
     # Advantage estimator, by name in losses.ADVANTAGES: "group" (GRPO, scaled by adv_scale),
     # "rloo" (leave-one-out mean, no std), "reinforce_pp" (batch-normalised rewards),
     # "reinforce_pp_baseline" (group mean subtracted, then batch-normalised).
@@ -198,7 +233,10 @@ class GRPOConfig:
 
     def __post_init__(self):
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
-                        "tis_cap")
+                        "tis_cap", "max_draws")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"grpo.lr_schedule must be one of {list(LR_SCHEDULES)}, got "
+                             f"{self.lr_schedule!r}")
         _check_nonnegative(self, "grpo", "rollout_micro_batch", "logprob_micro_batch",
                            "train_micro_batch", "logprob_chunk", "collapse_entropy")
         _check_divides(self, "grpo", self.prompts_per_step * self.group_size,
@@ -275,6 +313,7 @@ def _check_scorer_config(c: GRPOConfig, sampler) -> None:
 
 
 SAMPLERS = ("static", "continuous", "speculative")  # grpo.sampler
+LR_SCHEDULES = ("constant", "cosine")  # grpo.lr_schedule
 DRAFT_KS = (0, 1, 2, 4, 8)  # the draft lengths the speculative sampler chooses among
 # The GRPOConfig fields that only one rollout engine takes.
 _ENGINE_FIELDS = {
@@ -282,6 +321,31 @@ _ENGINE_FIELDS = {
     "speculative": ("draft_k", "drafter_layers", "drafter_d_model", "drafter_lr",
                     "drafter_steps", "drafter_reward_tau"),
 }
+
+
+def informative_groups(rewards) -> np.ndarray:
+    """[B] bool: the groups of rewards [B, G] whose G rewards are not all equal, the ones a
+    group-relative advantage gives a gradient (DAPO's dynamic-sampling filter)."""
+    rewards = np.asarray(rewards)
+    return np.any(rewards != rewards[:, :1], axis=1)
+
+
+def carry_adam_moments(fresh, saved):
+    """The optimizer state `fresh` with its Adam state (`optax.ScaleByAdamState`: count, mu,
+    nu) replaced by the one in `saved`, another optimizer's state over the same params (e.g. the
+    SFT's, whose schedule differs). Everything else in `fresh` (the lr schedule's count) is kept.
+    Both must hold exactly one Adam state."""
+    def is_adam(x):
+        return isinstance(x, optax.ScaleByAdamState)
+
+    found = [x for x in jax.tree.leaves(saved, is_leaf=is_adam) if is_adam(x)]
+    targets = [x for x in jax.tree.leaves(fresh, is_leaf=is_adam) if is_adam(x)]
+    if len(found) != 1 or len(targets) != 1:
+        raise ValueError(f"carry_adam_moments: each optimizer state must hold one Adam state; "
+                         f"found {len(targets)} (fresh) and {len(found)} (saved)")
+    if jax.tree.structure(found[0]) != jax.tree.structure(targets[0]):
+        raise ValueError("carry_adam_moments: the two Adam states cover different params")
+    return jax.tree.map(lambda x: found[0] if is_adam(x) else x, fresh, is_leaf=is_adam)
 
 
 def _check_positive(config, *names: str) -> None:
@@ -529,6 +593,20 @@ class LMTrainer:
             lengths.append(mask.sum(axis=1))
         return texts, np.concatenate(lengths)
 
+    def solution_nll(self, logprob_fn, params, examples: Sequence[Example]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-token NLL of each example's task solution + EOS under `params`, teacher-forced
+        (the SFT loss's terms): (nll [n, N], mask [n, N]) on the host. `logprob_fn(params, seq)`
+        gives a placed `SeqBatch`'s completion log-probs [rows, N] (e.g. a GRPO trainer's
+        `completion_logprobs`). Rows are padded to a multiple of the batch shards."""
+        n_dev = batch_shards(self.mesh)
+        padded = list(examples) + [examples[-1]] * (-len(examples) % n_dev)
+        rows = process_rows(len(padded))
+        seq = shard_batch(self.solution_batch(padded[rows]), self.mesh)
+        logp = gather_rows(host_local(logprob_fn(params, seq)))[: len(examples)]
+        mask = gather_rows(host_local(seq.completion_mask))[: len(examples)]
+        return -logp * mask, mask
+
     def with_task(self, task: Task) -> LMTrainer:
         """This trainer on another task (e.g. a data filter's `ExampleList`), sharing its
         compiled programs, samplers and config: a shallow copy."""
@@ -673,7 +751,8 @@ class GRPOTrainer(LMTrainer):
         self._collapsed = False  # the reward-hacking guard's last verdict (grpo.collapse_entropy)
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
-            config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm
+            config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm,
+            total_steps=config.steps if config.lr_schedule == "cosine" else 0,
         )
         c = config
         rows = c.prompts_per_step * c.group_size
@@ -833,23 +912,38 @@ class GRPOTrainer(LMTrainer):
         )
         self._embed = jit_on_mesh(functools.partial(completion_embeddings, model))
 
-    def init_state(self, params, rng, *, anchor: float | None = None) -> GRPOTrainState:
+    def init_state(self, params, rng, *, anchor: float | None = None,
+                   sft_opt_state=None) -> GRPOTrainState:
         """The initial state. `anchor` is SIREN's target entropy (default `grpo.siren_anchor`).
         With `entropy_reg="siren"` and neither set, it is measured as the paper anchors it: H_bar
         of the initial policy `params` on the first batch (`measure_anchor(state,
-        batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`."""
-        anchor = self.config.siren_anchor if anchor is None else anchor
+        batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`.
+
+        `sft_opt_state`: the optimizer state of the SFT that produced `params`; with
+        grpo.carry_optimizer its Adam moments start this state's (`carry_adam_moments`)."""
+        c = self.config
+        if c.carry_optimizer and sft_opt_state is None:
+            raise ValueError("grpo.carry_optimizer needs the SFT optimizer state: "
+                             "init_state(..., sft_opt_state=sft_state.opt_state)")
+        anchor = c.siren_anchor if anchor is None else anchor
         base = init_train_state(params, self.optimizer, rng, trainable=self.trainable)
+        if c.carry_optimizer:
+            base = base.replace(opt_state=carry_adam_moments(base.opt_state, sft_opt_state))
         state = GRPOTrainState(
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
         )
-        if anchor is None and self.config.entropy_reg == "siren":
-            return self.init_state(params, rng, anchor=self.measure_anchor(state, self.batch(0)))
+        if anchor is None and c.entropy_reg == "siren":
+            return self.init_state(params, rng, anchor=self.measure_anchor(
+                state, self.batch(0)[: c.prompts_per_step]), sft_opt_state=sft_opt_state)
         return self.place_state(state)
 
     def batch(self, cursor: int) -> list[Example]:
-        return self.task.examples("train", cursor, self.config.prompts_per_step)
+        """The prompts of one step: prompts_per_step, or max_draws times as many with
+        grpo.dynamic_sampling (the pool `step` draws its rollouts from, in order)."""
+        c = self.config
+        n = c.prompts_per_step * (c.max_draws if c.dynamic_sampling else 1)
+        return self.task.examples("train", cursor, n)
 
     def rollout(self, state: TrainState, examples: Sequence[Example], *,
                 group_size: int | None = None, key: jax.Array | None = None):
@@ -929,13 +1023,59 @@ class GRPOTrainer(LMTrainer):
 
     def step(self, state: GRPOTrainState,
              examples: Sequence[Example]) -> tuple[GRPOTrainState, dict]:
-        """One GRPO iteration on `examples`: `rollout`, then `update` with the configured
-        advantages."""
+        """One GRPO iteration on `examples`: `rollout` (`dynamic_rollout` with
+        grpo.dynamic_sampling), then `update` with the configured advantages."""
         t0 = time.perf_counter()
-        seq, old_logp, rewards, info = self.rollout(state, examples)
+        if self.config.dynamic_sampling:
+            seq, old_logp, rewards, info, pool = self.dynamic_rollout(state, examples)
+        else:
+            seq, old_logp, rewards, info = self.rollout(state, examples)
+            pool = {}
         info = dict(info, gen_time=time.perf_counter() - t0)
         state, metrics = self.update(state, seq, old_logp, rewards, info, t0=t0)
-        return state, {**metrics, **self.sampler_metrics(state, seq, rewards)}
+        return state, {**metrics, **pool, **self.sampler_metrics(state, seq, rewards)}
+
+    def dynamic_rollout(self, state: GRPOTrainState, examples: Sequence[Example]):
+        """DAPO's dynamic sampling over the pool `examples` (`batch`'s max_draws x B prompts):
+        rollouts of B prompts at a time (draw d with key fold_in(k, d), k the step's key; draw
+        0 is the plain `rollout`), keeping the groups whose rewards are not all equal
+        (`informative_groups`) until B are kept or the pool is spent. Free places are filled
+        with all-equal groups whose loss mask is zeroed. Returns `rollout`'s four outputs for
+        the B kept groups, and the pool's metrics (kept_frac, draws, filled; reward, reward_std,
+        zero_std_frac and accuracy over every drawn group)."""
+        b, g = self.config.prompts_per_step, self.config.group_size
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        kept, spare, drawn, infos = [], [], [], []
+        for d in range(len(examples) // b):
+            seq, old_logp, rewards, info = self.rollout(
+                state, examples[d * b : (d + 1) * b],
+                key=key if d == 0 else jax.random.fold_in(key, d))
+            rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]
+            for i, informative in enumerate(informative_groups(rewards)):
+                group = ([x[i * g : (i + 1) * g] for x in rows], rewards[i])
+                (kept if informative else spare).append(group)
+            drawn.append(rewards)
+            infos.append(info)
+            if len(kept) >= b:
+                break
+        filled = min(len(kept), b)
+        chosen = kept[:b] + spare[: b - filled]
+        cols = [np.concatenate([grp[0][j] for grp in chosen]) for j in range(5)]
+        loss_mask = cols[3] * np.repeat(np.arange(b) < filled, g)[:, None].astype(np.float32)
+        local = process_rows(b * g)
+        seq = SeqBatch(*shard_batch(tuple(x[local] for x in (*cols[:4], loss_mask)), self.mesh))
+        old_logp = shard_batch(cols[4][local], self.mesh)
+        rewards = np.stack([grp[1] for grp in chosen])  # [B, G]
+        pool = np.concatenate(drawn)  # [draws * B, G]
+        std = pool.std(axis=1)
+        info = {**infos[0], "accuracy": float(np.mean([i["accuracy"] for i in infos])),
+                "length": float(np.mean([i["length"] for i in infos])),
+                "tokens": int(sum(i["tokens"] for i in infos))}
+        metrics = {"kept_frac": float(np.mean(std > 0)), "draws": float(len(drawn)),
+                   "filled": filled / b, "reward": float(pool.mean()),
+                   "reward_std": float(std.mean()), "zero_std_frac": float(np.mean(std == 0)),
+                   "accuracy": info["accuracy"]}
+        return seq, old_logp, rewards, info, metrics
 
     def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray) -> dict:
         """The rollout engine's numbers for the metrics log ("rollout_" + its `last_stats`:

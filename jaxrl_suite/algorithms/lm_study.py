@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_suite.algorithms.grpo import (
+    VALIDATION_START,
     GRPOConfig,
     GRPOTrainer,
     LMTrainer,
@@ -65,7 +66,7 @@ from jaxrl_suite.sampling import KVCacheSampler, mcts
 # that the task does not take is left out (a YAML written for one task runs another with
 # --set task.name=...); a data option it does not take is a one-line error.
 _GENERATOR_OPTIONS = ("digits", "num_numbers", "max_number", "max_target", "graded", "num_items",
-                      "max_value", "max_count", "max_start", "level")
+                      "max_value", "max_count", "max_start", "level", "digit_order")
 _DATA_OPTIONS = ("data_dir", "path", "test_path")
 
 
@@ -75,6 +76,8 @@ class TaskConfig:
     prompt_len: int = 16  # prompts are left-padded to this many tokens
     seed: int = 0  # the task generator's / dataset order's seed (train and test are disjoint)
     digits: int | None = None  # arithmetic: operand digits
+    digit_order: str | None = None  # arithmetic: answer digits "msb" (most significant first, the
+    # task's default) or "lsb" (least significant first, in the order the carries run)
     num_numbers: int | None = None  # countdown: numbers in the prompt
     max_number: int | None = None  # countdown: numbers are drawn from 1..max_number
     max_target: int | None = None  # countdown: targets lie in 1..max_target
@@ -109,7 +112,10 @@ class TaskConfig:
 
     @property
     def title(self) -> str:
-        return f"{self.digits}-digit addition" if self.name == "arithmetic" else self.name
+        if self.name != "arithmetic":
+            return self.name
+        order = ", answers least-significant digit first" if self.digit_order == "lsb" else ""
+        return f"{self.digits}-digit addition{order}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,14 +415,14 @@ class LMStudy(Study):
     # ---- resumable stages ----
     def fit(self, trainer, init, *, stage: str, num_steps: int, checkpoint_dir: Path,
             logger: MetricsLogger, step_offset: int = 0, postfix: Sequence[str] = ("loss",),
-            callback: Callable | None = None):
+            callback: Callable | None = None, cursor: int = 0):
         """One resumable stage (`algorithms.loop.fit_resumable`) with this study's settings."""
         r = self.cfg.run
         return fit_resumable(
             trainer, init, stage=stage, num_steps=num_steps, checkpoint_dir=checkpoint_dir,
             logger=logger, save_every=r.checkpoint_every, keep=r.keep_checkpoints,
             resume=self.opts.resume, step_offset=step_offset, progress=self.opts.progress,
-            postfix=postfix, callback=callback)
+            postfix=postfix, callback=callback, cursor=cursor)
 
     def log(self, log_dir: Path, stages: Sequence[tuple[Path, int]]) -> MetricsLogger:
         """The metrics log of a run whose stages checkpoint in `stages` [(dir, step offset)]."""
@@ -431,7 +437,26 @@ class LMStudy(Study):
         init = sft.init_state(self.lm.init_params(seed) if params is None else params,
                               lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
-                        checkpoint_dir=checkpoint_dir, logger=logger)
+                        checkpoint_dir=checkpoint_dir, logger=logger,
+                        callback=self.early_stop(sft))
+
+    def early_stop(self, trainer) -> Callable[[int, Any], dict] | None:
+        """The SFT's early-stopping callback (`SFTConfig.stop_accuracy`; None when off): every
+        sft.stop_every steps, greedy accuracy on the validation problems (`val_accuracy`), and
+        "stop" once it reaches sft.stop_accuracy."""
+        c = self.cfg.sft
+        if c.stop_accuracy is None:
+            return None
+        examples = trainer.task.examples("train", VALIDATION_START, c.stop_examples)
+
+        def callback(n, state):
+            if n % c.stop_every:
+                return {}
+            acc = trainer.evaluate(state.params, examples,
+                                   batch_size=self.cfg.eval.batch_size)["accuracy"]
+            return {"val_accuracy": acc, "stop": acc >= c.stop_accuracy}
+
+        return callback
 
     def shared_sft(self, task: Task | None = None, params=None, *, name: str = "sft"):
         """One SFT checkpoint (checkpoints/NAME) that every run starts from, trained from the
@@ -466,11 +491,18 @@ class LMStudy(Study):
         return callback
 
     def evaluate(self, trainer, params, examples=None) -> dict:
-        """Greedy held-out accuracy, plus sampled pass@k / maj@k when `eval.samples` > 0."""
+        """Greedy held-out accuracy and `sampled_accuracy`, the pass@1 of one sample per prompt
+        at the training temperature (grpo.temperature) on the first eval.sampled_examples
+        prompts (what RL optimises; a policy trained on samples can gain there and not in the
+        greedy figure), plus sampled pass@k / maj@k when `eval.samples` > 0."""
         e = self.cfg.eval
         examples = self.held_out if examples is None else examples
         out = {"greedy_accuracy": trainer.evaluate(params, examples,
                                                    batch_size=e.batch_size)["accuracy"]}
+        out["sampled_accuracy"] = trainer.evaluate_sampled(
+            params, examples[: e.sampled_examples], n=1, ks=(1,),
+            temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
+            rng=jax.random.PRNGKey(self.start_seed + 2))["pass@1"]
         if e.samples:
             out.update(trainer.evaluate_sampled(
                 params, examples[: e.sampled_examples], n=e.samples, ks=e.ks,

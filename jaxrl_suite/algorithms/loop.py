@@ -35,7 +35,9 @@ def fit(
     """Run `trainer` from `state.step` to `num_steps`; returns (state, cursor).
 
     Each step's record is logged as `{"step": step_offset + n, "stage": stage, ...}` (n counts from
-    1). `callback(n, state)` may return extra fields for the record (e.g. a periodic evaluation).
+    1). `callback(n, state)` may return extra fields for the record (e.g. a periodic evaluation);
+    a true "stop" field among them ends the stage after step n (early stopping): that step is
+    checkpointed with `stopped: true` in its meta, so a resumed run ends there too.
     A non-finite update raises `NonFiniteError` before anything is saved, so the last good
     checkpoint stays the latest one.
     """
@@ -58,10 +60,14 @@ def fit(
         cursor += len(examples)
         if callback is not None:
             metrics.update(callback(n, state))
+        stop = bool(metrics.pop("stop", False))
         logger.log({"step": step_offset + n, "stage": stage, **metrics})
-        checkpointer.save(n, state, {**meta, "cursor": cursor}, force=n == num_steps)
+        checkpointer.save(n, state, {**meta, "cursor": cursor, "stopped": stop},
+                          force=n == num_steps or stop)
         bar.update(1)
         bar.set_postfix({k: f"{metrics[k]:.3g}" for k in postfix if k in metrics})
+        if stop:
+            break
     bar.close()
     checkpointer.wait()
     return state, cursor
@@ -82,19 +88,24 @@ def fit_resumable(
     progress: bool = True,
     postfix: Sequence[str] = ("loss",),
     callback: Callable[[int, TrainState], dict] | None = None,
+    cursor: int = 0,
 ) -> TrainState:
     """`fit` with its own checkpoints: with `resume`, continue from the latest checkpoint in
-    `checkpoint_dir` (state and data cursor); otherwise start from `init`. A finished stage
-    resumes as its final state at once. Logs to `logger` (see `core.study.open_run_log` for a
+    `checkpoint_dir` (state and data cursor); otherwise start from `init` at data `cursor`
+    (e.g. where the stage that made `init` stopped reading). A finished stage
+    resumes as its final state at once, and so does a stage that a callback stopped early
+    (`fit`). Logs to `logger` (see `core.study.open_run_log` for a
     resumed log); returns the final state. The one resume mechanism of every LM run. A trainer
     with a `trainable` predicate (a LoRA run) checkpoints only those params (`Checkpointer`)."""
     ckpt = Checkpointer(checkpoint_dir, save_every=save_every, keep=keep,
                         trainable=getattr(trainer, "trainable", None))
-    state, cursor = init, 0
+    state = init
     try:
         if resume and ckpt.latest_step() is not None:
             state, meta = ckpt.restore(init)
             cursor = meta["cursor"]
+            if meta.get("stopped"):
+                return state
         state, _ = fit(trainer, state, stage=stage, num_steps=num_steps, cursor=cursor,
                        checkpointer=ckpt, logger=logger, step_offset=step_offset,
                        progress=progress, postfix=postfix, callback=callback)
