@@ -176,6 +176,9 @@ class GRPOConfig:
     advantage: str = "group"
     adv_scale: Literal["group", "batch", "none"] = "group"  # std normalisation of "group"
     adv_eps: float = 1e-4  # added to the std in advantage normalisation
+    # -1 negates the advantages: the control that shows an update pushes the right way (the
+    # reward should then fall). 1 is GRPO.
+    advantage_sign: Literal[1, -1] = 1
     format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
     # Entropy regulariser, by name in losses.REGULARIZERS: "none"; "naive" adds -coef * H (full
     # vocabulary, all tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the
@@ -234,6 +237,8 @@ class GRPOConfig:
     def __post_init__(self):
         _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
                         "tis_cap", "max_draws")
+        if self.advantage_sign not in (1, -1):
+            raise ValueError(f"grpo.advantage_sign must be 1 or -1, got {self.advantage_sign}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"grpo.lr_schedule must be one of {list(LR_SCHEDULES)}, got "
                              f"{self.lr_schedule!r}")
@@ -908,8 +913,8 @@ class GRPOTrainer(LMTrainer):
 
         self._siren_entropy = jit_on_mesh(siren_entropy)
         self._advantages = jax.jit(
-            lambda r: advantage(r, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
-        )
+            lambda r: c.advantage_sign * advantage(r, scale=c.adv_scale, eps=c.adv_eps
+                                                   ).reshape(-1))
         self._embed = jit_on_mesh(functools.partial(completion_embeddings, model))
 
     def init_state(self, params, rng, *, anchor: float | None = None,
@@ -1162,7 +1167,8 @@ class GRPOTrainer(LMTrainer):
         return self._logp(params, seq)
 
     def group_advantages(self, rewards: np.ndarray) -> np.ndarray:
-        """The configured advantages (`grpo.advantage`) of rewards [B, G], flattened to [B*G]."""
+        """The configured advantages (`grpo.advantage`, times grpo.advantage_sign) of rewards
+        [B, G], flattened to [B*G]."""
         return np.asarray(self._advantages(rewards))
 
     def completion_embeddings(self, params, seq: SeqBatch) -> jax.Array:

@@ -128,3 +128,29 @@ def test_reward_adds_weighted_format_reward():
     assert task.reward("<answer>579</answer>", EX, format_weight=0.1) == pytest.approx(1.1)
     assert task.reward("so <answer>579</answer>", EX, format_weight=0.1) == 1.0
     assert task.reward("<answer>5</answer>", EX, format_weight=0.1) == pytest.approx(0.1)
+
+
+def test_lsb_digit_order_writes_the_sum_reversed_in_the_same_split():
+    msb, lsb = ArithmeticTask(digits=3), ArithmeticTask(digits=3, digit_order="lsb")
+    for split in ("train", "test"):
+        for a, b in zip(msb.examples(split, 0, 50), lsb.examples(split, 0, 50), strict=True):
+            x, y = a.meta
+            assert a.prompt == b.prompt and a.meta == b.meta  # same problems, same split
+            assert a.answer == str(x + y) and b.answer == str(x + y)[::-1]
+    ex = Example(prompt="47+85=", answer="231", meta=(47, 85))
+    assert lsb.score("<answer>231</answer>", ex) == 1.0
+    assert lsb.score("<answer>132</answer>", ex) == 0.0
+    assert lsb.answer_places(ex) == [0, 1, 2]
+    assert msb.answer_places(Example("47+85=", "132", (47, 85))) == [2, 1, 0]
+    with pytest.raises(ValueError, match="digit_order"):
+        ArithmeticTask(digit_order="reversed")
+
+
+def test_task_config_passes_the_digit_order_and_names_it():
+    from jaxrl_suite.algorithms.lm_study import TaskConfig
+
+    cfg = TaskConfig(name="arithmetic", digits=2, digit_order="lsb")
+    assert cfg.build() == ArithmeticTask(digits=2, digit_order="lsb")
+    assert "least-significant" in cfg.title
+    with pytest.raises(Exception, match="digit_order"):
+        TaskConfig(name="arithmetic", digit_order="up").build()
