@@ -44,7 +44,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOTrainer, SeqBatch, SFTTrainer
+from jaxrl_suite.algorithms.grpo import (
+    GRPOTrainer,
+    SeqBatch,
+    SFTTrainer,
+    informative_groups,
+    pool_metrics,
+    select_groups,
+)
 from jaxrl_suite.core.parallel import host_local, shard_batch
 from jaxrl_suite.core.train import TrainState
 from jaxrl_suite.envs.text.base import Example
@@ -472,6 +479,9 @@ class AgentTrainer:
                              f"(prompt_len {grpo.prompt_len} + episode_tokens + "
                              f"grpo.max_new_tokens {grpo.config.max_new_tokens} = {need}) "
                              f"exceeds model.max_len={grpo.model.config.max_len}")
+        if grpo.config.dynamic_sampling and (config.max_staleness or config.background):
+            raise ValueError("grpo.dynamic_sampling needs on-policy rollouts in the trainer's "
+                             "thread: set agent.max_staleness=0 and agent.background=false")
         self.store = ParamStore()
         self.runner = self.make_runner(grpo.sampler, self.store.latest)
         self.trainable = grpo.trainable
@@ -553,6 +563,8 @@ class AgentTrainer:
             self._thread = threading.Thread(target=self._worker, daemon=True,
                                             name="agent-rollouts")
             self._thread.start()
+        if self.grpo.config.dynamic_sampling:
+            return self._dynamic_step(state, examples, t0)
         if self._thread is None:
             episodes, gen_time = self._rollout(k, examples)
         else:
@@ -564,14 +576,44 @@ class AgentTrainer:
         wait_time = time.perf_counter() - t0
         return self.update(state, episodes, gen_time=gen_time, wait_time=wait_time, t0=t0)
 
+    def _dynamic_step(self, state, pool: Sequence[Example], t0: float):
+        """grpo.dynamic_sampling over whole episodes (`GRPOTrainer.dynamic_rollout`'s rule,
+        `select_groups`): G episodes of B tasks of the pool at a time until B groups whose
+        rewards differ are found or the pool is spent; free places hold all-equal groups with
+        no loss term. Draw d of step k runs as rollout k * max_draws + d (its episode ids)."""
+        k, c = int(state.step), self.grpo.config
+        b, g = c.prompts_per_step, c.group_size
+        groups, draws, gen_time = [], [], 0.0
+        for d in range(len(pool) // b):
+            episodes, dt = self._rollout(k * c.max_draws + d, pool[d * b : (d + 1) * b])
+            gen_time += dt
+            groups += [episodes[i * g : (i + 1) * g] for i in range(b)]
+            draws.append(np.array([[ep.score if ep.reward is None else ep.reward for ep in grp]
+                                   for grp in groups[-b:]], np.float32))
+            if informative_groups(np.concatenate(draws)).sum() >= b:
+                break
+        chosen, filled = select_groups(draws, b)
+        episodes = [ep for d, i in chosen for ep in groups[d * b + i]]
+        state, metrics = self.update(state, episodes, gen_time=gen_time, t0=t0,
+                                     loss_groups=filled)
+        success = episode_metrics([ep for grp in groups for ep in grp])["success"]
+        metrics.update(pool_metrics(draws, filled, b), accuracy=success)
+        return state, metrics
+
     def update(self, state, episodes: Sequence[Episode], *, gen_time: float = 0.0,
-               wait_time: float | None = None, t0: float | None = None):
+               wait_time: float | None = None, t0: float | None = None,
+               loss_groups: int | None = None):
         """`GRPOTrainer.update` on finished episodes (G per task, in task order). Tokens
         sampled by an older parameter version than the state's get the current parameters'
-        log-probs as old log-probs and a truncated importance weight on the recorded ones."""
+        log-probs as old log-probs and a truncated importance weight on the recorded ones.
+        `loss_groups`: only the first this many groups carry loss terms (dynamic sampling's
+        fillers after them are masked out); None = all."""
         k = int(state.step)
         seq, logp, versions, scores = self.runner.collate(episodes)
         g = self.grpo.config.group_size
+        if loss_groups is not None:
+            keep = (np.arange(len(episodes)) < loss_groups * g)[:, None]
+            seq = seq._replace(loss_mask=seq.loss_mask * keep.astype(np.float32))
         rewards = scores.reshape(-1, g)
         policy = seq.loss_mask > 0
         stale = policy & (versions < k)

@@ -335,6 +335,29 @@ def informative_groups(rewards) -> np.ndarray:
     return np.any(rewards != rewards[:, :1], axis=1)
 
 
+def select_groups(draws: Sequence[np.ndarray], b: int) -> tuple[list[tuple[int, int]], int]:
+    """DAPO's dynamic-sampling choice over the rewards [B_d, G] of successive draws: the
+    (draw, group) of the first `b` groups whose rewards are not all equal, in draw order, then
+    (when fewer are found) the first all-equal groups to fill the batch. Returns (chosen, filled):
+    the `b` places, of which the first `filled` hold informative groups."""
+    kept, spare = [], []
+    for d, rewards in enumerate(draws):
+        for i, informative in enumerate(informative_groups(rewards)):
+            (kept if informative else spare).append((d, i))
+    filled = min(len(kept), b)
+    return kept[:b] + spare[: b - filled], filled
+
+
+def pool_metrics(draws: Sequence[np.ndarray], filled: int, b: int) -> dict[str, float]:
+    """Dynamic sampling's metrics over every drawn group: kept_frac, draws, filled (the share
+    of the batch's groups that carry a gradient), reward, reward_std, zero_std_frac."""
+    pool = np.concatenate(draws)  # [draws * B, G]
+    std = pool.std(axis=1)
+    return {"kept_frac": float(np.mean(std > 0)), "draws": float(len(draws)),
+            "filled": filled / b, "reward": float(pool.mean()),
+            "reward_std": float(std.mean()), "zero_std_frac": float(np.mean(std == 0))}
+
+
 def carry_adam_moments(fresh, saved):
     """The optimizer state `fresh` with its Adam state (`optax.ScaleByAdamState`: count, mu,
     nu) replaced by the one in `saved`, another optimizer's state over the same params (e.g. the
@@ -1050,36 +1073,28 @@ class GRPOTrainer(LMTrainer):
         zero_std_frac and accuracy over every drawn group)."""
         b, g = self.config.prompts_per_step, self.config.group_size
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        kept, spare, drawn, infos = [], [], [], []
+        rows, drawn, infos = [], [], []
         for d in range(len(examples) // b):
             seq, old_logp, rewards, info = self.rollout(
                 state, examples[d * b : (d + 1) * b],
                 key=key if d == 0 else jax.random.fold_in(key, d))
-            rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]
-            for i, informative in enumerate(informative_groups(rewards)):
-                group = ([x[i * g : (i + 1) * g] for x in rows], rewards[i])
-                (kept if informative else spare).append(group)
+            rows.append([gather_rows(host_local(x)) for x in (*seq[:4], old_logp)])
             drawn.append(rewards)
             infos.append(info)
-            if len(kept) >= b:
+            if informative_groups(np.concatenate(drawn)).sum() >= b:
                 break
-        filled = min(len(kept), b)
-        chosen = kept[:b] + spare[: b - filled]
-        cols = [np.concatenate([grp[0][j] for grp in chosen]) for j in range(5)]
+        chosen, filled = select_groups(drawn, b)
+        cols = [np.concatenate([rows[d][j][i * g : (i + 1) * g] for d, i in chosen])
+                for j in range(5)]
         loss_mask = cols[3] * np.repeat(np.arange(b) < filled, g)[:, None].astype(np.float32)
         local = process_rows(b * g)
         seq = SeqBatch(*shard_batch(tuple(x[local] for x in (*cols[:4], loss_mask)), self.mesh))
         old_logp = shard_batch(cols[4][local], self.mesh)
-        rewards = np.stack([grp[1] for grp in chosen])  # [B, G]
-        pool = np.concatenate(drawn)  # [draws * B, G]
-        std = pool.std(axis=1)
+        rewards = np.stack([drawn[d][i] for d, i in chosen])  # [B, G]
         info = {**infos[0], "accuracy": float(np.mean([i["accuracy"] for i in infos])),
                 "length": float(np.mean([i["length"] for i in infos])),
                 "tokens": int(sum(i["tokens"] for i in infos))}
-        metrics = {"kept_frac": float(np.mean(std > 0)), "draws": float(len(drawn)),
-                   "filled": filled / b, "reward": float(pool.mean()),
-                   "reward_std": float(std.mean()), "zero_std_frac": float(np.mean(std == 0)),
-                   "accuracy": info["accuracy"]}
+        metrics = {**pool_metrics(drawn, filled, b), "accuracy": info["accuracy"]}
         return seq, old_logp, rewards, info, metrics
 
     def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray) -> dict:

@@ -34,7 +34,7 @@ from jaxrl_suite.algorithms.grpo import (
     SFTConfig,
     SFTTrainer,
 )
-from jaxrl_suite.core.parallel import make_mesh, shard_batch
+from jaxrl_suite.core.parallel import host_local, make_mesh, shard_batch
 from jaxrl_suite.envs.text.base import Example
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.envs.text.tools.base import (
@@ -523,3 +523,52 @@ def test_seqbatch_without_loss_mask_trains_on_the_completion_mask():
     np.testing.assert_array_equal(seq.train_mask, seq.completion_mask)
     seq = seq._replace(loss_mask=np.array([[1.0, 0.0, 0.0]]))
     np.testing.assert_array_equal(seq.train_mask, [[1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("max_draws, uids, filled", [(3, [4, 5, 8, 9], 2), (2, [4, 5, 0, 1], 1)])
+def test_dynamic_sampling_keeps_episode_groups_whose_rewards_differ(lm, max_draws, uids,
+                                                                    filled):
+    """grpo.dynamic_sampling over episodes: B = 2 tasks x G = 2 episodes a draw (draw d of step
+    0 holds episodes 4d..4d+3); only episode 4 (draw 1) and, with a third draw, episode 8 answer
+    right. The kept groups come first; a short batch is filled with masked all-equal groups."""
+    model, params, _ = lm
+    cfg = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=24, lr=1e-2,
+                     dynamic_sampling=True, max_draws=max_draws)
+    task = AddTask()
+    pool = task.examples("train", 0, 2 * max_draws)
+    script = {4: [f"<answer>{pool[2].answer}</answer>"]}
+    if max_draws == 3:
+        script[8] = [f"<answer>{pool[4].answer}</answer>"]
+    config = dataclasses.replace(AGENT, max_turns=1)
+    grpo = GRPOTrainer(model, TOK, task, cfg, mesh=make_mesh(1), prompt_len=P,
+                       sampler=ScriptedSampler(script, config.max_turns, n=24))
+    agent = AgentTrainer(grpo, config)
+    seen = {}
+    update = agent.update
+
+    grpo_update = grpo.update
+
+    def spy(state, episodes, **kw):
+        seen.update(uids=[ep.uid for ep in episodes], loss_groups=kw.get("loss_groups"))
+        return update(state, episodes, **kw)
+
+    def grpo_spy(state, seq, *args, **kw):
+        seen["mask"] = np.asarray(host_local(seq.loss_mask))
+        return grpo_update(state, seq, *args, **kw)
+
+    agent.update, grpo.update = spy, grpo_spy
+    try:
+        state = agent.init_state(params, jax.random.PRNGKey(1))
+        assert agent.batch(0) == pool
+        _, m = agent.step(state, agent.batch(0))
+    finally:
+        agent.close()
+    assert seen["uids"] == uids and seen["loss_groups"] == filled
+    rows = seen["mask"].sum(axis=1) > 0  # the policy's tokens that carry loss terms, per row
+    assert rows.tolist() == [True] * 2 * filled + [False] * 2 * (2 - filled)
+    assert m["draws"] == max_draws and m["filled"] == filled / 2
+    assert m["kept_frac"] == pytest.approx(filled / (2 * max_draws))
+    assert m["accuracy"] == pytest.approx(filled / (4 * max_draws))
+    assert np.isfinite(m["loss"])
+    with pytest.raises(ValueError, match="max_staleness=0"):
+        AgentTrainer(grpo, dataclasses.replace(config, max_staleness=1))
