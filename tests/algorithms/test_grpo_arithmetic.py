@@ -47,15 +47,15 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
     summary = json.loads((tmp_path / "summary.json").read_text())
     seed0 = json.loads((tmp_path / RUN / "result.json").read_text())
     # the start's figures (greedy, sampled, per-digit loss) and the continued-SFT control
-    assert seed0["sft_steps"] == 4  # the smoke start never reaches the stop accuracy
+    assert seed0["sft_steps"] == 3  # the smoke start never reaches the stop accuracy
     assert set(summary["sft_place_loss"]["seed 0"]) == {"units", "tens", "hundreds"}
     assert all(v > 0 for v in summary["sft_place_loss"]["seed 0"].values())
     for key in ("sft_sampled", "grpo_sampled", "sft_more_accuracy", "sft_more_sampled"):
         assert 0.0 <= seed0[key] <= 1.0, key
     more = read_metrics(tmp_path / "runs" / "sft_more_s0" / "metrics.jsonl")
-    assert [r["step"] for r in more] == [5, 6] and {r["stage"] for r in more} == {"sft_more"}
+    assert [r["step"] for r in more] == [4, 5] and {r["stage"] for r in more} == {"sft_more"}
     sft = [r for r in read_metrics(tmp_path / RUN / "metrics.jsonl") if r["stage"] == "sft"]
-    assert [r["step"] for r in sft if "val_accuracy" in r] == [2, 4]  # sft.stop_every: 2
+    assert [r["step"] for r in sft if "val_accuracy" in r] == [1, 2, 3]  # sft.stop_every: 1
     assert summary["grpo_heldout_accuracy"] == seed0["grpo_accuracy"]  # one seed: its mean
     assert summary["variants"]["grpo"]["gain"]["per_seed"] == [seed0["gain"]]
     assert seed0["gain"] == pytest.approx(seed0["grpo_accuracy"] - seed0["sft_accuracy"])

@@ -120,8 +120,8 @@ def test_two_processes_equal_one_process_and_run_the_experiment(tmp_path):
     lines = (tmp_path / "run" / "runs" / "grpo_s0" / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(x)["step"] for x in lines if json.loads(x)["stage"] != "final"]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 5  # 3 SFT + 2 GRPO
-    assert "held-out accuracy after GRPO" in outputs[0]
-    assert "held-out accuracy" not in outputs[1]
+    assert "held-out greedy after GRPO" in outputs[0]
+    assert "held-out greedy" not in outputs[1]
 
 
 # `jaxrl-suite run crash_probe --distributed`: a registered test experiment whose processes run a
