@@ -64,27 +64,6 @@ class Config:
     run: RunConfig = RunConfig(seeds=(0, 1, 2))
 
 
-def place_loss(study: LMStudy, trainer, params) -> dict[str, float]:
-    """Mean teacher-forced NLL (nats) of each answer digit of the held-out problems by place
-    value ("units", "tens", "hundreds"), for a byte-level tokenizer (one token per
-    character; {} otherwise). ln 10 = 2.30 nats is chance for a digit."""
-    task, tok = study.lm.task, study.lm.tokenizer
-    examples = study.held_out
-    sols = [task.solution(e) for e in examples]
-    if any(len(tok.encode(s)) != len(s.encode()) for s in sols) or not hasattr(
-            task, "answer_places"):
-        return {}
-    nll, _ = trainer.solution_nll(trainer.completion_logprobs, params, examples)
-    by_place: dict[int, list[float]] = {}
-    for row, e, sol in zip(nll, examples, sols, strict=True):
-        first = sol.index(e.answer)  # the answer's first character inside its tags
-        for i, place in enumerate(task.answer_places(e)):
-            by_place.setdefault(place, []).append(float(row[first + i]))
-    names = ("units", "tens", "hundreds", "thousands")
-    return {names[p] if p < len(names) else f"10^{p}": float(np.mean(v))
-            for p, v in sorted(by_place.items())}
-
-
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
     study = LMStudy(NAME, cfg, opts, variants=(VARIANT,))
@@ -98,7 +77,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             grpo = study.grpo_trainer(cfg.grpo, ref_params=sft_params)
             sft_eval = study.cached(run_dir / "sft_eval.json", lambda: {
                 **study.evaluate(grpo, sft_params),
-                "place_loss": place_loss(study, grpo, sft_params)})
+                "place_loss": study.answer_loss(grpo, sft_params)})
             print0(f"[{NAME}] seed {seed}: after {sft_steps} SFT steps, held-out greedy "
                    f"{sft_eval['greedy_accuracy']:.3f}, sampled {sft_eval['sampled_accuracy']:.3f}")
             init = grpo.init_state(sft_params, lm_keys(seed).grpo,
@@ -112,13 +91,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             log.log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
                      **eval_record(final)})
         # The control: the same SFT, continued from the start for as many optimizer steps.
-        more_dir = study.run_dir("sft_more", seed)
-        with study.log(more_dir, [(ckpt / "sft_more", 0)]) as log:
-            more = study.fit(study.sft_trainer(), sft_state, stage="sft_more",
-                             num_steps=sft_steps + cfg.grpo.steps,
-                             checkpoint_dir=ckpt / "sft_more", logger=log,
-                             cursor=sft_steps * cfg.sft.batch_size)
-            more_eval = study.evaluate(grpo, more.params)
+        more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
+                                   checkpoint_dir=ckpt / "sft_more",
+                                   log_dir=study.run_dir("sft_more", seed))
+        more_eval = study.evaluate(grpo, more.params)
         print0(f"[{NAME}] seed {seed}: held-out greedy after GRPO {final['greedy_accuracy']:.3f} "
                f"(sampled {final['sampled_accuracy']:.3f}), after continued SFT "
                f"{more_eval['greedy_accuracy']:.3f} ({more_eval['sampled_accuracy']:.3f})")

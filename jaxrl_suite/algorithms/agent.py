@@ -48,9 +48,8 @@ from jaxrl_suite.algorithms.grpo import (
     GRPOTrainer,
     SeqBatch,
     SFTTrainer,
-    informative_groups,
+    draw_until_full,
     pool_metrics,
-    select_groups,
 )
 from jaxrl_suite.core.parallel import host_local, shard_batch
 from jaxrl_suite.core.train import TrainState
@@ -559,12 +558,12 @@ class AgentTrainer:
         k, s = int(state.step), self.config.max_staleness
         t0 = time.perf_counter()
         self.store.publish(state.params, k)
+        if self.grpo.config.dynamic_sampling:  # on-policy only (checked in __init__)
+            return self._dynamic_step(state, examples, t0)
         if self._thread is None and (s > 0 or self.config.background):
             self._thread = threading.Thread(target=self._worker, daemon=True,
                                             name="agent-rollouts")
             self._thread.start()
-        if self.grpo.config.dynamic_sampling:
-            return self._dynamic_step(state, examples, t0)
         if self._thread is None:
             episodes, gen_time = self._rollout(k, examples)
         else:
@@ -583,20 +582,18 @@ class AgentTrainer:
         no loss term. Draw d of step k runs as rollout k * max_draws + d (its episode ids)."""
         k, c = int(state.step), self.grpo.config
         b, g = c.prompts_per_step, c.group_size
-        groups, draws, gen_time = [], [], 0.0
-        for d in range(len(pool) // b):
+
+        def draw(d):
             episodes, dt = self._rollout(k * c.max_draws + d, pool[d * b : (d + 1) * b])
-            gen_time += dt
-            groups += [episodes[i * g : (i + 1) * g] for i in range(b)]
-            draws.append(np.array([[ep.score if ep.reward is None else ep.reward for ep in grp]
-                                   for grp in groups[-b:]], np.float32))
-            if informative_groups(np.concatenate(draws)).sum() >= b:
-                break
-        chosen, filled = select_groups(draws, b)
-        episodes = [ep for d, i in chosen for ep in groups[d * b + i]]
-        state, metrics = self.update(state, episodes, gen_time=gen_time, t0=t0,
+            groups = [episodes[i * g : (i + 1) * g] for i in range(b)]
+            return (groups, dt), [[ep.score if ep.reward is None else ep.reward for ep in grp]
+                                  for grp in groups]
+
+        out, draws, chosen, filled = draw_until_full(draw, len(pool) // b, b)
+        episodes = [ep for d, i in chosen for ep in out[d][0][i]]
+        state, metrics = self.update(state, episodes, gen_time=sum(o[1] for o in out), t0=t0,
                                      loss_groups=filled)
-        success = episode_metrics([ep for grp in groups for ep in grp])["success"]
+        success = episode_metrics([ep for o in out for grp in o[0] for ep in grp])["success"]
         metrics.update(pool_metrics(draws, filled, b), accuracy=success)
         return state, metrics
 

@@ -33,8 +33,8 @@ import dataclasses
 import functools
 import time
 import zlib
-from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple
 
 import flax.struct
 import jax
@@ -346,6 +346,21 @@ def select_groups(draws: Sequence[np.ndarray], b: int) -> tuple[list[tuple[int, 
             (kept if informative else spare).append((d, i))
     filled = min(len(kept), b)
     return kept[:b] + spare[: b - filled], filled
+
+
+def draw_until_full(draw: Callable[[int], tuple[Any, np.ndarray]], max_draws: int, b: int):
+    """Dynamic sampling's loop, shared by every trainer: `draw(d) -> (payload, rewards [B, G])`
+    for d = 0, 1, ... until `b` groups whose rewards differ have been drawn or `max_draws` draws
+    are spent. Returns (payloads, rewards per draw, chosen, filled), the last two
+    `select_groups`'s."""
+    payloads, draws = [], []
+    for d in range(max_draws):
+        payload, rewards = draw(d)
+        payloads.append(payload)
+        draws.append(np.asarray(rewards))
+        if informative_groups(np.concatenate(draws)).sum() >= b:
+            break
+    return payloads, draws, *select_groups(draws, b)
 
 
 def pool_metrics(draws: Sequence[np.ndarray], filled: int, b: int) -> dict[str, float]:
@@ -1073,17 +1088,16 @@ class GRPOTrainer(LMTrainer):
         zero_std_frac and accuracy over every drawn group)."""
         b, g = self.config.prompts_per_step, self.config.group_size
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        rows, drawn, infos = [], [], []
-        for d in range(len(examples) // b):
+
+        def draw(d):
             seq, old_logp, rewards, info = self.rollout(
                 state, examples[d * b : (d + 1) * b],
                 key=key if d == 0 else jax.random.fold_in(key, d))
-            rows.append([gather_rows(host_local(x)) for x in (*seq[:4], old_logp)])
-            drawn.append(rewards)
-            infos.append(info)
-            if informative_groups(np.concatenate(drawn)).sum() >= b:
-                break
-        chosen, filled = select_groups(drawn, b)
+            rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]  # host, global
+            return (rows, info), rewards
+
+        out, drawn, chosen, filled = draw_until_full(draw, len(examples) // b, b)
+        rows, infos = [o[0] for o in out], [o[1] for o in out]
         cols = [np.concatenate([rows[d][j][i * g : (i + 1) * g] for d, i in chosen])
                 for j in range(5)]
         loss_mask = cols[3] * np.repeat(np.arange(b) < filled, g)[:, None].astype(np.float32)

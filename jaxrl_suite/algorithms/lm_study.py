@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_suite.algorithms.grpo import (
     VALIDATION_START,
@@ -68,6 +69,7 @@ from jaxrl_suite.sampling import KVCacheSampler, mcts
 _GENERATOR_OPTIONS = ("digits", "num_numbers", "max_number", "max_target", "graded", "num_items",
                       "max_value", "max_count", "max_start", "level", "digit_order")
 _DATA_OPTIONS = ("data_dir", "path", "test_path")
+_PLACES = ("units", "tens", "hundreds", "thousands")  # LMStudy.answer_loss's place names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +442,44 @@ class LMStudy(Study):
                         checkpoint_dir=checkpoint_dir, logger=logger,
                         callback=self.early_stop(sft))
 
+    def answer_loss(self, trainer, params) -> dict[str, float]:
+        """The teacher-forced NLL (nats) of each answer character of the held-out problems,
+        averaged by position: by place value ("units", "tens", ...) for a task with
+        `answer_places` (arithmetic), else "char 0", "char 1", ... A start whose loss on some
+        position stays at chance (ln 10 = 2.30 for a digit) cannot learn it. Needs a byte-level
+        tokenizer (one token per character) and an answer that its solution spells out; {}
+        otherwise. `trainer` gives the log-probs (`completion_logprobs`: a GRPO trainer's)."""
+        task, tok, examples = self.lm.task, self.lm.tokenizer, self.held_out
+        sols = [task.solution(e) for e in examples]
+        if any(len(tok.encode(s)) != len(s.encode()) or e.answer not in s
+               for e, s in zip(examples, sols, strict=True)):
+            return {}
+        nll, _ = trainer.solution_nll(trainer.completion_logprobs, params, examples)
+        by_place = hasattr(task, "answer_places")
+
+        def name(p: int) -> str:
+            if not by_place:
+                return f"char {p}"
+            return _PLACES[p] if p < len(_PLACES) else f"10^{p}"
+
+        losses: dict[int, list[float]] = {}
+        for row, e, sol in zip(nll, examples, sols, strict=True):
+            first = sol.index(e.answer)  # the answer's first character in the solution
+            positions = task.answer_places(e) if by_place else range(len(e.answer))
+            for i, p in enumerate(positions):
+                losses.setdefault(p, []).append(float(row[first + i]))
+        return {name(p): float(np.mean(v)) for p, v in sorted(losses.items())}
+
+    def continued_sft(self, state, *, steps: int, checkpoint_dir: Path, log_dir: Path,
+                      task: Task | None = None):
+        """The control beside an RL run: the SFT that produced `state` continued for `steps`
+        more optimizer steps (same schedule) on the data it would have read next; resumable,
+        logged as stage "sft_more" to log_dir/metrics.jsonl. Returns the final state."""
+        with self.log(log_dir, [(checkpoint_dir, 0)]) as logger:
+            return self.fit(self.sft_trainer(task), state, stage="sft_more",
+                            num_steps=int(state.step) + steps, checkpoint_dir=checkpoint_dir,
+                            logger=logger, cursor=int(state.step) * self.cfg.sft.batch_size)
+
     def early_stop(self, trainer) -> Callable[[int, Any], dict] | None:
         """The SFT's early-stopping callback (`SFTConfig.stop_accuracy`; None when off): every
         sft.stop_every steps, greedy accuracy on the validation problems (`val_accuracy`), and
@@ -499,15 +539,18 @@ class LMStudy(Study):
         examples = self.held_out if examples is None else examples
         out = {"greedy_accuracy": trainer.evaluate(params, examples,
                                                    batch_size=e.batch_size)["accuracy"]}
-        out["sampled_accuracy"] = trainer.evaluate_sampled(
-            params, examples[: e.sampled_examples], n=1, ks=(1,),
-            temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
-            rng=jax.random.PRNGKey(self.start_seed + 2))["pass@1"]
         if e.samples:
             out.update(trainer.evaluate_sampled(
                 params, examples[: e.sampled_examples], n=e.samples, ks=e.ks,
                 temperature=e.temperature, batch_size=e.batch_size,
                 rng=jax.random.PRNGKey(self.start_seed + 1)))
+        if "pass@1" in out and e.temperature == self.cfg.grpo.temperature:
+            out["sampled_accuracy"] = out["pass@1"]  # those samples already give it
+        else:
+            out["sampled_accuracy"] = trainer.evaluate_sampled(
+                params, examples[: e.sampled_examples], n=1, ks=(1,),
+                temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
+                rng=jax.random.PRNGKey(self.start_seed + 2))["pass@1"]
         return out
 
 
