@@ -18,8 +18,9 @@ answers (one turn, no tools). Variants, one GRPO run per seed:
   tools_async  as tools, rollouts generated in the background with parameters up to
                stale.max_staleness updates old (truncated importance weights on stale tokens).
 Greedy held-out episodes score each run and both SFT checkpoints: success per sub-task, turns
-per episode, format-failure and tool-error rates. Writes summary.json, table.md, curves.png and
-success.png.
+per episode, format-failure and tool-error rates; `sampled_success` is the success of one
+episode per problem sampled at the training temperature (grpo.temperature). Writes
+summary.json, table.md, curves.png and success.png.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from jaxrl_suite.envs.text.tools.base import ToolTask
 
 NAME = "agent_tools"
 VARIANTS = ("tools", "direct", "tools_async")
-METRICS = ("success", "turns", "tool_calls", "format_fail_rate", "tool_error_rate",
-           "truncated_frac")
+METRICS = ("success", "sampled_success", "turns", "tool_calls", "format_fail_rate",
+           "tool_error_rate", "truncated_frac")
 CURVES = ("reward", "turns", "format_fail_rate")
 
 
@@ -120,6 +121,13 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         agents.append(agent)
         return agent
 
+    def held_out_eval(agent: AgentTrainer, params) -> dict:
+        """Greedy held-out episodes (`by_kind`), and `sampled_success`: the success of one
+        episode per problem sampled by the rollout sampler, at the training temperature."""
+        sampled = agent.episodes(params, study.held_out, sampler=agent.grpo.sampler)
+        return {**by_kind(task, agent.episodes(params, study.held_out)),
+                "sampled_success": episode_metrics(sampled)["success"]}
+
     def sft_stage(name: str, variant: str):
         """One SFT checkpoint on the expert's episodes (tool use, or direct answers)."""
         agent = agent_for(variant, study.lm.params)
@@ -135,7 +143,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             state = study.fit(trainer, init, stage="sft", num_steps=cfg.sft.steps,
                               checkpoint_dir=ckpt, logger=logger)
         evaluation = study.cached(study.run_dir(name) / "eval.json", lambda: {
-            **by_kind(task, agent.episodes(state.params, study.held_out)),
+            **held_out_eval(agent, state.params),
             "demo_success": episode_metrics(demos)["success"], "demo_time_s": demo_time,
             "demo_turns": episode_metrics(demos)["turns"]})
         print0(f"[{NAME}] {name}: {format_numbers(evaluation)}")
@@ -159,8 +167,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             finally:
                 agent.close()
             wall = time.perf_counter() - t0
-            return {**by_kind(task, agent.episodes(state.params, study.held_out)),
-                    "wall_time_s": wall}
+            return {**held_out_eval(agent, state.params), "wall_time_s": wall}
 
         results = study.run(train)
     finally:
@@ -201,10 +208,11 @@ def _claims(stats: dict, sft_evals: dict) -> dict:
     GRPO with tools against direct answers and against SFT alone, and the staleness run's wall
     time and success against the synchronous one."""
     mean = lambda v, k: stats[v][k]["mean"] if v in stats else None
-    out = {"tools_success": mean("tools", "success"),
-           "direct_success": mean("direct", "success"),
-           "sft_tools_success": sft_evals.get("sft_tools", {}).get("success"),
-           "sft_direct_success": sft_evals.get("sft_direct", {}).get("success")}
+    out = {}
+    for key in ("success", "sampled_success"):
+        out.update({f"tools_{key}": mean("tools", key), f"direct_{key}": mean("direct", key),
+                    f"sft_tools_{key}": sft_evals.get("sft_tools", {}).get(key),
+                    f"sft_direct_{key}": sft_evals.get("sft_direct", {}).get(key)})
     if "tools" in stats and "tools_async" in stats:
         out["async_wall_time_ratio"] = mean("tools", "wall_time_s") / mean("tools_async",
                                                                            "wall_time_s")

@@ -24,13 +24,16 @@ def test_smoke_run_writes_results(smoke):
         assert (out / name).is_file(), name
     for sft in summary["sft"].values():
         assert sft["demo_success"] == 1.0  # the expert's episodes, real tools, all solved
+        assert 0.0 <= sft["sampled_success"] <= 1.0  # one episode sampled at grpo.temperature
     assert summary["sft"]["sft_direct"]["demo_turns"] == 1.0
     assert summary["sft"]["sft_tools"]["demo_turns"] > 2.0  # 2-3 turns a problem
     for stats in summary["variants"].values():
         assert 0.0 <= stats["success"]["mean"] <= 1.0
+        assert 0.0 <= stats["sampled_success"]["mean"] <= 1.0
         for kind in ("tool_arithmetic", "repo_search", "fix_tests"):
             assert f"success/{kind}" in stats
     assert summary["variants"]["direct"]["turns"]["mean"] == 1.0
+    assert "sampled_success" in (out / "table.md").read_text()
 
 
 def test_runs_log_episode_metrics_and_staleness(smoke):
