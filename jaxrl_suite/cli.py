@@ -1,9 +1,15 @@
 """`jaxrl-suite` command line: `run NAME [--config F] [--set k=v]... [--smoke] [--out DIR]
-[--resume] [--tensorboard] [--distributed]`, `eval RUN_DIR [--stage S] [--samples N] [--ks K...]`,
-`plot RUN_DIR... [--out PNG] [--keys K...] [--stage S] [--label L...] [--smooth N]` and `list`.
+[--resume | --overwrite] [--tensorboard] [--distributed]`, `eval RUN_DIR [--stage S]
+[--samples N] [--ks K...]`, `plot RUN_DIR... [--out PNG] [--keys K...] [--stage S]
+[--label L...] [--smooth N]` and `list`.
 
 Bad input (an unknown experiment, config key or value, a missing checkpoint or metrics file)
 prints one line to stderr and exits with status 2, without a traceback.
+
+No run deletes data: `run` into an --out folder that holds an earlier run (its config.json,
+checkpoints/, runs/, metrics.jsonl or summary.json) refuses unless it is told how to go on:
+`--resume` continues the earlier run, `--overwrite` moves it aside to a timestamped sibling
+folder (OUT.old-YYYYmmdd-HHMMSS) and starts afresh.
 
 In a multi-process job (`--distributed`), a process that fails exits at once, skipping JAX's
 shutdown barrier, so that the other processes abort (see `core.parallel.init_distributed`)
@@ -16,8 +22,8 @@ import argparse
 import glob
 import json
 import os
-import shutil
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -48,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--smoke", action="store_true", help="tiny size for tests (seconds)")
     run.add_argument("--out", type=Path, help="output dir (default: results/NAME[-smoke])")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    run.add_argument("--overwrite", action="store_true",
+                     help="start afresh in an --out folder that holds an earlier run, after "
+                     "moving that run aside to OUT.old-<time> (nothing is deleted)")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard events")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
@@ -98,13 +107,22 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("results") / (args.name + ("-smoke" if args.smoke else ""))
     out_dir = out_dir.absolute()
     ckpt_dir = out_dir / "checkpoints"
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite replaces it: "
+                          "give one of them")
     if args.resume:
         done = (out_dir / "runs").glob("**/result.json")  # finished units of a Study
         if not any(ckpt_dir.rglob("*") if ckpt_dir.is_dir() else ()) and not any(done):
             raise CheckpointNotFoundError(f"--resume: no checkpoint found in {ckpt_dir} and no "
                                           f"finished run in {out_dir / 'runs'}")
-    elif ckpt_dir.exists() and jax.process_index() == 0:
-        shutil.rmtree(ckpt_dir)  # a fresh run must not mix with an old run's checkpoints
+    elif earlier_run(out_dir):  # a fresh run must not mix with, nor delete, an earlier one
+        if not args.overwrite:
+            raise ConfigError(f"--out {out_dir} holds an earlier run: continue it with --resume, "
+                              f"or start afresh with --overwrite (the earlier run is moved to "
+                              f"{out_dir.name}.old-<time>, not deleted)")
+        if jax.process_index() == 0:
+            print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
+                  file=sys.stderr)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -115,6 +133,24 @@ def _run(args: argparse.Namespace) -> int:
     )
     exp.run(cfg, options)
     return 0
+
+
+RUN_MARKERS = ("config.json", "checkpoints", "runs", "metrics.jsonl", "summary.json")
+
+
+def earlier_run(out_dir: Path) -> bool:
+    """Whether `out_dir` holds what a run writes (any of RUN_MARKERS)."""
+    return any((out_dir / name).exists() for name in RUN_MARKERS)
+
+
+def move_aside(out_dir: Path) -> Path:
+    """Rename `out_dir` to a free timestamped sibling, OUT.old-YYYYmmdd-HHMMSS[-N]; returns it."""
+    stem = f"{out_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest, n = out_dir.with_name(stem), 1
+    while dest.exists():
+        dest, n = out_dir.with_name(f"{stem}-{n}"), n + 1
+    out_dir.rename(dest)
+    return dest
 
 
 def _eval(args: argparse.Namespace) -> int:
