@@ -84,7 +84,7 @@ class Config:
     # num_examples: held-out prompts per split (greedy); samples x sampled_examples at
     # temperature: the exploration statistics of sampled rollouts
     eval: kit.EvalConfig = kit.EvalConfig(samples=4, sampled_examples=64)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if self.task.name != GuiTask.name:

@@ -75,7 +75,7 @@ class Config:
     agent: AgentConfig = AgentConfig()  # agent.tools / max_staleness are set per variant
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=96)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if not self.agent.tools or self.agent.max_staleness:

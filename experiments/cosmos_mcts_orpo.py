@@ -108,7 +108,7 @@ class Config:
     rounds: int = 2  # search -> ORPO rounds
     agree_samples: int = 4  # sampled plots per held-out opening for the value-vs-Q agreement
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=64, batch_size=64)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if self.task.name != "story":

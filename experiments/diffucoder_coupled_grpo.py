@@ -93,7 +93,7 @@ class Config:
     variance: VarianceConfig = VarianceConfig()
     arness: ArnessConfig = ArnessConfig()
     eval: kit.EvalConfig = kit.EvalConfig(samples=4, ks=(1,))
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         check_variants(self.estimators, ESTIMATORS, "estimators")

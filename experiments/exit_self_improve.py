@@ -79,7 +79,7 @@ class Config:
     exit: ExItConfig = ExItConfig()
     variants: VariantsConfig = VariantsConfig()
     eval: IterationEvalConfig = IterationEvalConfig(num_examples=128, batch_size=64)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), checkpoint_every=25, keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), checkpoint_every=25, keep_checkpoints=2)
 
     def __post_init__(self):
         if not 0.0 <= self.sft_iter_frac <= 1.0:

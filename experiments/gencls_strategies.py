@@ -112,7 +112,7 @@ class Config:
     sft: kit.SFTConfig = kit.SFTConfig()
     grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=128)
     eval: kit.EvalConfig = kit.EvalConfig()
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
 
 def base_task(cfg: Config):

@@ -104,7 +104,7 @@ class Config:
     rest: RestConfig = RestConfig()
     search: SearchConfig = SearchConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=128)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if self.grpo.steps % self.rest.rounds:

@@ -78,7 +78,7 @@ class Config:
     grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=56, beta=0.04, collapse_entropy=0.5)
     weights: WeightingsConfig = WeightingsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=512)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
     ats_train_examples: int = 2000  # training pairs the ATS threshold is fitted on
     near_zero_recall: float = 0.05  # a held-out SELECTED recall at or below this is collapsed
 

@@ -78,7 +78,7 @@ class Config:
     grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=56)  # shared; sampler per variant
     engines: EnginesConfig = EnginesConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=256)
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if self.grpo.sampler != "static":

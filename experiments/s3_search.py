@@ -147,7 +147,7 @@ class Config:
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=128, batch_size=32)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), tokenizer="bpe:2048",
-                                       keep_checkpoints=1, checkpoint_every=10)
+                                       keep_checkpoints=2, checkpoint_every=10)
 
     def __post_init__(self):
         if self.task.name != SearchTask.name:

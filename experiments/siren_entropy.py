@@ -62,7 +62,7 @@ class Config:
     grpo: kit.GRPOConfig = kit.GRPOConfig()  # shared by every variant but its entropy fields
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(samples=16, ks=(1, 4, 16))
-    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=1)
+    run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
         if self.grpo.entropy_reg != "none" or self.grpo.high_entropy_quantile is not None:

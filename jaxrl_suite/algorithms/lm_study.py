@@ -147,10 +147,17 @@ class RunConfig:
     num_devices: int | None = None  # devices in the mesh (None = all, across hosts)
     mesh: MeshConfig = MeshConfig()  # axis sizes {data, fsdp, tensor}; -1 = the rest
     checkpoint_every: int = 50  # save every this many steps of each stage
-    keep_checkpoints: int = 2  # keep the last this many checkpoints per stage
+    keep_checkpoints: int = 2  # keep the last this many checkpoints per stage (>= 2: a step
+    # that does not read falls back to the one before it, `core.checkpoint`)
 
     def __post_init__(self):
         check_seeds(self.seeds)
+        if self.keep_checkpoints < 2:
+            raise ValueError(f"run.keep_checkpoints must be >= 2 (a checkpoint that does not "
+                             f"read falls back to the one before it), got "
+                             f"{self.keep_checkpoints}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -599,7 +599,7 @@ def fit_unit(study, unit: str, config: PPOConfig, seeds, *,
             print0(f"[{study.name}] {unit}: chunk {c + 1}/{n}, " + ", ".join(
                 f"{k} {v:.1f}" for k, v in rec.items() if k not in ("step", "env_steps")))
 
-    ckpt = Checkpointer(study.checkpoint_dir(unit), keep=1)
+    ckpt = Checkpointer(study.checkpoint_dir(unit), keep=2)  # 2: a fallback
     try:
         return train_seeds(config, seeds, checkpointer=ckpt, resume=study.opts.resume,
                            on_chunk=on_chunk, **kwargs)

@@ -5,6 +5,12 @@ data such as the data cursor and the run stage go in a JSON `meta` item, so a re
 exactly where the saved one stood. Orbax writes atomically (a step directory appears only once it is
 complete), so a killed run resumes from its last finished save.
 
+Checkpoints are verified on restore: a step that does not read (a truncated or overwritten file)
+is reported in one line, moved aside to DIRECTORY.corrupt/STEP (never deleted) and the previous
+intact step is restored; if no step reads, `CorruptCheckpointError` (one line). `verify` reads a
+step without a template, which is how `core.study` decides whether a finished run's result can
+be trusted.
+
 With `trainable` (a predicate on a parameter's "/"-joined path, as `core.train.make_train_step`
 takes; a LoRA run's `models.lora.is_adapter`) only the trained part of the state is written: its
 params are the selected subtree (the adapters), beside the optimizer state, step and key. The
@@ -14,6 +20,9 @@ same base params, so the restored state equals the saved one.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +37,51 @@ class CheckpointNotFoundError(FileNotFoundError):
     """No checkpoint where one was asked for; the message is one line naming the directory."""
 
 
+class CorruptCheckpointError(CheckpointNotFoundError):
+    """No checkpoint that reads where one was asked for; one line naming the directory."""
+
+
+def _first_line(e: BaseException) -> str:
+    line = (str(e).strip().splitlines() or [""])[0].split(" See full TensorStore")[0]
+    return f"{type(e).__name__}: {line[:160]}"
+
+
 def _as_array_leaves(tree):
     # orbax wants array leaves, not Python or numpy scalars.
     return jax.tree.map(lambda x: np.asarray(x) if not isinstance(x, jax.Array) else x, tree)
+
+
+def verify_tree(directory: str | Path) -> str | None:
+    """Check every checkpoint series under `directory` (each folder with numbered step
+    folders, e.g. a run's sft/ and grpo/): its latest step must read in full. None if all do
+    (or there is none), else the first one-line reason."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    for d in sorted([directory, *(p for p in directory.rglob("*") if p.is_dir())]):
+        if any(c.is_dir() and c.name.isdigit() for c in d.iterdir()):
+            ckpt = Checkpointer(d)
+            try:
+                problem = ckpt.verify()
+            finally:
+                ckpt.close()
+            if problem is not None:
+                return problem
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_failed_reads():
+    """A failed orbax read leaves the other arrays' read coroutines with exceptions nobody
+    retrieves; Python prints each as a traceback when it is collected. Collect them here, with
+    those reports dropped (the failure itself is reported in one line by the caller)."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if "coroutine" in repr(u.object) else hook(u)
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook
 
 
 class Checkpointer:
@@ -67,15 +118,52 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 
+    def verify(self, step: int | None = None) -> str | None:
+        """Read `step` (default: latest) in full, without a template; None if it reads, else
+        a one-line reason."""
+        self._manager.wait_until_finished()
+        step = self.latest_step() if step is None else step
+        if step is None:
+            return f"no checkpoint in {self.directory}"
+        try:
+            with _quiet_failed_reads():
+                self._manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+        except Exception as e:  # orbax / tensorstore / json: any failure to read
+            return f"step {step} in {self.directory} does not read ({_first_line(e)})"
+        return None
+
+    def latest_intact_step(self) -> int | None:
+        """The newest step that reads in full (`verify`), None if there is no checkpoint. Newer
+        steps that do not read are reported in one line and moved aside (see the module
+        docstring); `CorruptCheckpointError` if none reads."""
+        self._manager.wait_until_finished()
+        bad, reason = [], ""
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            problem = self.verify(step)
+            if problem is None:
+                break
+            bad, reason = [*bad, step], reason or problem  # reason: the newest step's
+        else:
+            if not bad:
+                return None
+            raise CorruptCheckpointError(f"no checkpoint in {self.directory} reads (steps "
+                                         f"{sorted(bad)}; the newest: {reason})")
+        if bad:
+            moved = self._move_aside(bad)
+            if jax.process_index() == 0:
+                print(f"jaxrl-suite: checkpoint {reason}; moved to {moved}, using step {step}",
+                      file=sys.stderr)
+        return step
+
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict]:
-        """Restore `(state, meta)` at `step` (default: latest) into the structure of `template`
-        (with `trainable`, the params not saved are `template`'s)."""
+        """Restore `(state, meta)` at `step` (default: `latest_intact_step`) into the structure
+        of `template` (with `trainable`, the params not saved are `template`'s)."""
         frozen = None
         if self.trainable is not None:
             train, frozen = split_params(template.params, self.trainable)
             template = template.replace(params=train)
-        self._manager.wait_until_finished()
-        step = self.latest_step() if step is None else step
+        step = self.latest_intact_step() if step is None else step
         if step is None or step not in self._manager.all_steps():
             raise CheckpointNotFoundError(f"no checkpoint found in {self.directory}")
         out = self._manager.restore(
@@ -89,6 +177,24 @@ class Checkpointer:
         if frozen is not None:
             state = state.replace(params=merge_params(state.params, frozen))
         return state, dict(out["meta"] or {})
+
+    def _move_aside(self, steps: list[int]) -> Path:
+        """Move unreadable step directories to DIRECTORY.corrupt/STEP (process 0), so that the
+        resumed run saves those steps afresh; returns DIRECTORY.corrupt."""
+        dest = self.directory.with_name(self.directory.name + ".corrupt")
+        if jax.process_index() == 0:
+            for s in steps:
+                target, n = dest / str(s), 1
+                while target.exists():
+                    target, n = dest / f"{s}-{n}", n + 1
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (self.directory / str(s)).rename(target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("jaxrl_suite: corrupt checkpoint moved")
+        self._manager.reload()
+        return dest
 
     def wait(self) -> None:
         self._manager.wait_until_finished()

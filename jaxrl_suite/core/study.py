@@ -12,8 +12,11 @@ study owns the rest:
 Layout under `opts.out_dir`: `runs/VARIANT_sSEED/` holds a run's `metrics.jsonl` and, once it
 has finished, its `result.json`; `checkpoints/VARIANT_sSEED/` its checkpoints. With
 `opts.resume`, a run whose `result.json` exists is not run again, and the others continue from
-their latest checkpoint (`algorithms.loop.fit_resumable`). Aggregation reads only those files,
-so a resumed study reports the same table as an uninterrupted one.
+their latest checkpoint (`algorithms.loop.fit_resumable`). A finished run's result is trusted
+only if its checkpoints read (`core.checkpoint.verify_tree`); if they do not, its result.json is
+kept as result.json.untrusted and the run continues from its latest intact checkpoint.
+Aggregation reads only those files, so a resumed study reports the same table as an
+uninterrupted one.
 
 Where the seeds of a variant run together, in one `jit(vmap(train))` program (the classic-control
 experiments), the unit of work is the variant, not a (variant, seed) pair:
@@ -36,7 +39,7 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.checkpoint import Checkpointer, verify_tree
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import (
@@ -93,7 +96,7 @@ def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
             if not Path(directory).is_dir():
                 continue
             ckpt = Checkpointer(directory)
-            latest = ckpt.latest_step()
+            latest = ckpt.latest_intact_step()  # the step the resumed stage restores
             ckpt.close()
             if latest is not None:
                 resume_step = offset + latest + 1
@@ -145,6 +148,20 @@ class Study:
             write_json(path, value)
         return value
 
+    def _finished(self, result: Path, checkpoints: Path) -> bool:
+        """Whether a resumed study may read `result` back: it exists and the run's checkpoints
+        read. An untrusted result is reported and renamed result.json.untrusted (kept)."""
+        if not (self.opts.resume and result.is_file()):
+            return False
+        problem = verify_tree(checkpoints)
+        if problem is None:
+            return True
+        if jax.process_index() == 0:
+            result.rename(result.with_name(result.name + ".untrusted"))
+        print0(f"[{self.name}] {result.parent.name}: its result is not trusted, since its "
+               f"checkpoint {problem}; running it again from its latest intact checkpoint")
+        return False
+
     def run(self, train: Callable[[str, int, S], Mapping[str, Any]], start: S | Mapping[int, S]
             = None, *, per_seed_start: bool = False,
             fmt: Callable[[Mapping], str] | None = None) -> dict[str, dict]:
@@ -161,7 +178,7 @@ class Study:
             for seed in self.seeds:
                 name = self.run_name(variant, seed)
                 path = self.run_dir(variant, seed) / "result.json"
-                if self.opts.resume and path.is_file():
+                if self._finished(path, self.checkpoint_dir(variant, seed)):
                     results[name] = json.loads(path.read_text())
                     print0(f"[{self.name}] {name}: done before ({fmt(results[name])})")
                     continue
@@ -187,7 +204,7 @@ class Study:
         results: dict[str, dict] = {}
         for unit in units:
             path = self.run_dir(unit) / "result.json"
-            if self.opts.resume and path.is_file():
+            if self._finished(path, self.checkpoint_dir(unit)):
                 results[unit] = json.loads(path.read_text())
                 print0(f"[{self.name}] {unit}: done before ({fmt(results[unit])})")
                 continue

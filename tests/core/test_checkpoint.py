@@ -3,7 +3,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
+from jaxrl_suite.core.checkpoint import (
+    Checkpointer,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    verify_tree,
+)
 
 
 def test_save_interval_keep_and_restore(tmp_path):
@@ -26,3 +31,62 @@ def test_missing_checkpoint_is_one_line_error(tmp_path):
     ck = Checkpointer(tmp_path / "empty")
     with pytest.raises(CheckpointNotFoundError, match="no checkpoint found in .*empty"):
         ck.restore({"w": jnp.zeros(2)})
+
+
+def _two_steps(directory):
+    ck = Checkpointer(directory, keep=3)
+    state = {"w": jnp.arange(600.0).reshape(6, 100), "b": jnp.ones(3)}
+    for s in (1, 2):
+        ck.save(s, jax.tree.map(lambda x, s=s: x * s, state), {"cursor": s}, force=True)
+    ck.close()
+    return state
+
+
+def _damage(step_dir, how):
+    """Cut the array data files of a step short, or overwrite bytes of them in place."""
+    for f in [p for p in step_dir.rglob("*") if p.is_file() and p.parent.name == "d"]:
+        data = bytearray(f.read_bytes())
+        if how == "truncate":
+            f.write_bytes(bytes(data[: len(data) // 2]))
+        else:
+            data[::5] = bytes((x + 101) % 256 for x in data[::5])
+            f.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncate", "overwrite"])
+def test_a_step_that_does_not_read_falls_back_to_the_one_before(tmp_path, how, capsys):
+    state = _two_steps(tmp_path / "ck")
+    _damage(tmp_path / "ck" / "2", how)
+    ck = Checkpointer(tmp_path / "ck", keep=3)
+    assert "step 2" in ck.verify(2) and ck.verify(1) is None
+    restored, meta = ck.restore(state)
+    assert meta == {"cursor": 1}
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "step 2" in err and "using step 1" in err
+    assert ck.all_steps() == [1] and (tmp_path / "ck.corrupt" / "2").is_dir()  # kept, aside
+    # the resumed run saves step 2 afresh
+    ck.save(2, jax.tree.map(lambda x: x * 5, state), {"cursor": 5}, force=True)
+    ck.wait()
+    assert ck.restore(state)[1] == {"cursor": 5} and ck.verify() is None
+    ck.close()
+
+
+def test_no_step_that_reads_is_one_line_error(tmp_path):
+    state = _two_steps(tmp_path / "ck")
+    for s in ("1", "2"):
+        _damage(tmp_path / "ck" / s, "truncate")
+    ck = Checkpointer(tmp_path / "ck")
+    with pytest.raises(CorruptCheckpointError, match=r"in .*ck reads \(steps \[1, 2\]"):
+        ck.restore(state)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if p.name.isdigit()) == ["1", "2"]
+    assert issubclass(CorruptCheckpointError, CheckpointNotFoundError)  # exit 2 in the CLI
+    ck.close()
+
+
+def test_verify_tree_checks_every_series(tmp_path):
+    _two_steps(tmp_path / "run" / "sft")
+    _two_steps(tmp_path / "run" / "grpo")
+    assert verify_tree(tmp_path / "run") is None and verify_tree(tmp_path / "none") is None
+    _damage(tmp_path / "run" / "grpo" / "2", "overwrite")
+    assert "grpo" in verify_tree(tmp_path / "run")

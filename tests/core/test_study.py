@@ -181,3 +181,22 @@ def test_plot_bars_and_curves_show_the_data(tmp_path):
     (line,) = [ln for ln in figs["curves.png"]["axes"][0]["lines"] if ln["label"] == "a"]
     np.testing.assert_array_equal(line["x"], [10, 20, 30])
     np.testing.assert_allclose(line["y"], [2.0, 3.0, 6.0])  # the median of 2 seeds
+
+
+def test_a_finished_run_whose_checkpoint_does_not_read_runs_again(tmp_path, capsys):
+    calls = []
+    results = _study(tmp_path).run(_train(calls), start=1.0)
+    for name in ("a_s0", "b_s3"):  # each run's checkpoints: two steps of one stage
+        ck = Checkpointer(tmp_path / "checkpoints" / name / "grpo")
+        for s in (1, 2):
+            ck.save(s, {"w": np.arange(300.0) * s}, force=True)
+        ck.close()
+    for f in (tmp_path / "checkpoints" / "b_s3" / "grpo" / "2").rglob("*"):
+        if f.is_file() and f.parent.name == "d":  # the array data, cut short
+            f.write_bytes(f.read_bytes()[:10])
+    calls.clear()
+    resumed = _study(tmp_path, resume=True).run(_train(calls), start=1.0)
+    assert calls == [("b", 3)] and resumed == results  # a_s0 trusted, b_s3 run again
+    run = tmp_path / "runs" / "b_s3"
+    assert (run / "result.json").is_file() and (run / "result.json.untrusted").is_file()
+    assert "b_s3: its result is not trusted" in capsys.readouterr().out
