@@ -11,6 +11,10 @@ checkpoints/, runs/, metrics.jsonl or summary.json) refuses unless it is told ho
 `--resume` continues the earlier run, `--overwrite` moves it aside to a timestamped sibling
 folder (OUT.old-YYYYmmdd-HHMMSS) and starts afresh.
 
+Ctrl-C ends with one line, exit 130: where the last checkpoints are and the command that
+resumes. SIGTERM (a scheduler's) lets the step in progress finish, checkpoints it, and ends the
+same way with exit 143 (`core.signals`).
+
 In a multi-process job (`--distributed`), a process that fails exits at once, skipping JAX's
 shutdown barrier, so that the other processes abort (see `core.parallel.init_distributed`)
 instead of waiting for it forever in their next collective.
@@ -22,6 +26,8 @@ import argparse
 import glob
 import json
 import os
+import shlex
+import signal
 import sys
 import time
 import traceback
@@ -35,6 +41,7 @@ from jaxrl_suite.core.config import ConfigError, from_dict, load_config
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
 from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
+from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
 from jaxrl_suite.core.train import NonFiniteError
 
 EXIT_USAGE = 2
@@ -270,16 +277,38 @@ def _abandon(status: int) -> NoReturn:
     os._exit(status)
 
 
+def _interrupted(args: argparse.Namespace, argv: list[str], e: KeyboardInterrupt) -> str:
+    """The one line for Ctrl-C or SIGTERM: what was saved and the command that goes on."""
+    if args.command != "run":
+        return "jaxrl-suite: interrupted"
+    out_dir = (args.out or Path("results") / (args.name + ("-smoke" if args.smoke else "")))
+    ckpts = out_dir.absolute() / "checkpoints"
+    saved = ckpts.is_dir() and any(p.name.isdigit() for p in ckpts.rglob("*"))
+    if not saved and not any((out_dir / "runs").glob("**/result.json")):
+        again = [a for a in argv if a not in ("--resume", "--overwrite")] + ["--overwrite"]
+        return (f"jaxrl-suite: interrupted before the first checkpoint; start again with: "
+                f"jaxrl-suite {shlex.join(again)}")
+    again = [a for a in argv if a != "--overwrite"] + ([] if args.resume else ["--resume"])
+    what = (f"stopped by SIGTERM: {e}" if isinstance(e, Terminated) else
+            f"interrupted; the last checkpoints are under {ckpts}")
+    return f"jaxrl-suite: {what}; resume with: jaxrl-suite {shlex.join(again)}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     try:
-        status = _dispatch(args)
+        with stop_on_sigterm():
+            status = _dispatch(args)
     except NonFiniteError as e:  # the metrics are global: every process stops at the same step
         print(f"jaxrl-suite: stopped: {e}", file=sys.stderr)
         return 1
     except (Exception, KeyboardInterrupt) as e:
         if not _multi_process():
-            raise
+            if not isinstance(e, KeyboardInterrupt):
+                raise
+            print(_interrupted(args, argv, e), file=sys.stderr)
+            return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
         traceback.print_exc()
         _abandon(130 if isinstance(e, KeyboardInterrupt) else 1)
     if status and _multi_process():

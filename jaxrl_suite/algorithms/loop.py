@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.metrics import MetricsLogger
+from jaxrl_suite.core.signals import Terminated, sigterm_received
 from jaxrl_suite.core.train import NonFiniteError, TrainState
 
 
@@ -39,7 +40,8 @@ def fit(
     a true "stop" field among them ends the stage after step n (early stopping): that step is
     checkpointed with `stopped: true` in its meta, so a resumed run ends there too.
     A non-finite update raises `NonFiniteError` before anything is saved, so the last good
-    checkpoint stays the latest one.
+    checkpoint stays the latest one. After a SIGTERM (inside `core.signals.stop_on_sigterm`) the
+    step in progress is finished, checkpointed, and `Terminated` raised.
     """
     meta = dict(meta or {})
     start = int(state.step)
@@ -62,8 +64,13 @@ def fit(
             metrics.update(callback(n, state))
         stop = bool(metrics.pop("stop", False))
         logger.log({"step": step_offset + n, "stage": stage, **metrics})
+        term = sigterm_received()
         checkpointer.save(n, state, {**meta, "cursor": cursor, "stopped": stop},
-                          force=n == num_steps or stop)
+                          force=n == num_steps or stop or term)
+        if term:  # a scheduler's SIGTERM (`core.signals`): this step is saved, stop here
+            checkpointer.wait()
+            bar.close()
+            raise Terminated(f"{stage} step {n} checkpointed in {checkpointer.directory}")
         bar.update(1)
         bar.set_postfix({k: f"{metrics[k]:.3g}" for k in postfix if k in metrics})
         if stop:

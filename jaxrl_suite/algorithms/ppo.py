@@ -39,6 +39,7 @@ import optax
 
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.parallel import place_seeds, print0
+from jaxrl_suite.core.signals import Terminated, sigterm_received
 from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs import contextual
 from jaxrl_suite.envs.offline import evaluate_policy
@@ -575,6 +576,10 @@ def train_seeds(
                 c + 1, {"runner": _key_data(runner), "metrics": metrics, "evals": evals},
                 {"chunks_done": c + 1}, force=True,
             )
+            if sigterm_received():  # a scheduler's SIGTERM (`core.signals`): chunk saved, stop
+                checkpointer.wait()
+                raise Terminated(f"chunk {c + 1} of {num_chunks} checkpointed in "
+                                 f"{checkpointer.directory}")
     if checkpointer is not None:
         checkpointer.wait()
     return metrics, evals

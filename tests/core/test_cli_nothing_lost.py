@@ -1,0 +1,158 @@
+"""Nothing lost (issue 43): `run` into a folder that holds an earlier run refuses in one line
+unless given --resume or --overwrite, and --overwrite moves the earlier run aside; Ctrl-C and
+SIGTERM end in one line with the command that resumes, SIGTERM after checkpointing its step."""
+
+import dataclasses
+import json
+import os
+import signal
+
+import flax
+import numpy as np
+import pytest
+
+from jaxrl_suite.algorithms.loop import fit
+from jaxrl_suite.cli import main
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
+from jaxrl_suite.core.metrics import MetricsLogger
+from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
+
+NAME = "outdir_probe"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    x: int = 0
+    interrupt: str = ""  # "", "sigint" or "sigterm" at step `at` of 10
+    at: int = 3
+
+
+@flax.struct.dataclass
+class _State:
+    step: np.ndarray
+    w: np.ndarray
+
+
+class _Counter:
+    """A trainer whose step adds 1 to w; at step `at` it signals itself as `interrupt` says."""
+
+    def __init__(self, interrupt: str, at: int = 3):
+        self.interrupt, self.at = interrupt, at
+
+    def batch(self, cursor):
+        return [cursor]
+
+    def step(self, state, examples):
+        step = int(state.step) + 1
+        if step == self.at and self.interrupt == "sigint":
+            raise KeyboardInterrupt
+        if step == self.at and self.interrupt == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets a flag
+        return _State(np.int32(step), state.w + 1), {"loss": 0.0}
+
+
+def _fit(trainer, directory, logdir):
+    ckpt = Checkpointer(directory, save_every=5, keep=2)
+    with MetricsLogger(logdir) as logger:
+        try:
+            return fit(trainer, _State(np.int32(0), np.zeros(2)), stage="probe", num_steps=10,
+                       cursor=0, checkpointer=ckpt, logger=logger, progress=False)
+        finally:
+            ckpt.close()
+
+
+def _probe_run(cfg, opts):
+    """What a run leaves: config.json, a checkpoint file, summary.json."""
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.interrupt:
+        _fit(_Counter(cfg.interrupt, cfg.at), opts.out_dir / "checkpoints" / "probe", opts.out_dir)
+    (opts.out_dir / "config.json").write_text(json.dumps({"x": cfg.x}))
+    (opts.out_dir / "checkpoints").mkdir(exist_ok=True)
+    (opts.out_dir / "checkpoints" / "step").write_text(str(cfg.x))
+    (opts.out_dir / "summary.json").write_text(json.dumps({"x": cfg.x, "resumed": opts.resume}))
+    return {}
+
+
+@pytest.fixture(scope="module")
+def probe_yaml(tmp_path_factory):
+    yaml = tmp_path_factory.mktemp("probe") / "probe.yaml"
+    yaml.write_text("x: 1\n")
+    if NAME not in EXPERIMENTS:
+        EXPERIMENTS.register(NAME, Experiment(NAME, _Cfg, _probe_run, config=yaml))
+    return yaml
+
+
+@pytest.fixture
+def probe(probe_yaml, tmp_path):
+    return tmp_path / "out"
+
+
+def _summary(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_a_second_run_into_the_same_folder_refuses_and_keeps_everything(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    before = {p.relative_to(probe): p.read_bytes() for p in probe.rglob("*") if p.is_file()}
+    assert main(["run", NAME, "--out", str(probe), "--set", "x=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(probe) in err and "--resume" in err and "--overwrite" in err
+    after = {p.relative_to(probe): p.read_bytes() for p in probe.rglob("*") if p.is_file()}
+    assert after == before  # nothing deleted, nothing written
+
+
+def test_overwrite_moves_the_earlier_run_aside(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    assert main(["run", NAME, "--out", str(probe), "--overwrite", "--set", "x=2"]) == 0
+    assert _summary(probe)["x"] == 2
+    old, = probe.parent.glob("out.old-*")
+    assert _summary(old)["x"] == 1 and (old / "checkpoints" / "step").read_text() == "1"
+    assert str(old) in capsys.readouterr().err
+    # a second overwrite in the same second gets a folder of its own
+    assert main(["run", NAME, "--out", str(probe), "--overwrite", "--set", "x=3"]) == 0
+    olds = sorted(probe.parent.glob("out.old-*"))
+    assert len(olds) == 2 and sorted(_summary(o)["x"] for o in olds) == [1, 2]
+
+
+def test_resume_and_overwrite_together_is_one_line(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe), "--resume", "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--resume" in err and "--overwrite" in err and "\n" not in err
+
+
+def test_a_folder_without_a_run_is_used_and_its_files_kept(probe):
+    probe.mkdir()
+    (probe / "notes.txt").write_text("mine")
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    assert (probe / "notes.txt").read_text() == "mine" and _summary(probe)["x"] == 1
+
+
+def test_sigterm_checkpoints_the_step_in_progress_and_stops(tmp_path):
+    with stop_on_sigterm(), pytest.raises(Terminated, match="probe step 3 checkpointed"):
+        _fit(_Counter("sigterm"), tmp_path / "ck", tmp_path)
+    ck = Checkpointer(tmp_path / "ck")
+    assert ck.all_steps() == [1, 3]  # 3 is off the save interval (5): saved for the signal
+    state, meta = ck.restore(_State(np.int32(0), np.zeros(2)))
+    assert int(state.step) == 3 and meta["cursor"] == 3 and state.w.tolist() == [3.0, 3.0]
+    ck.close()
+    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+
+
+@pytest.mark.parametrize("how, at, status", [("sigterm", 3, 143), ("sigint", 3, 130),
+                                             ("sigint", 1, 130)])
+def test_a_signal_ends_the_run_in_one_line_with_the_command_that_goes_on(probe, capsys, how, at,
+                                                                        status):
+    argv = ["run", NAME, "--out", str(probe), "--set", f"interrupt={how}", "--set", f"at={at}"]
+    assert main(argv) == status
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    if at == 1:  # inside step 1, before any checkpoint: start again
+        assert "before the first checkpoint" in err
+        assert err.endswith(f"jaxrl-suite {' '.join(argv)} --overwrite")
+        return
+    assert err.endswith(f"jaxrl-suite {' '.join(argv)} --resume")
+    if how == "sigterm":
+        assert "SIGTERM" in err and "probe step 3 checkpointed" in err
+    else:  # inside step 3: the last checkpoint is step 1's
+        assert f"the last checkpoints are under {probe / 'checkpoints'}" in err
