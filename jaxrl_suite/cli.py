@@ -37,8 +37,9 @@ from typing import NoReturn
 import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
-from jaxrl_suite.core.config import ConfigError, from_dict, load_config
+from jaxrl_suite.core.config import ConfigError, config_changes, from_dict, load_config, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
+from jaxrl_suite.core.metrics import write_json
 from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
@@ -130,6 +131,15 @@ def _run(args: argparse.Namespace) -> int:
         if jax.process_index() == 0:
             print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
                   file=sys.stderr)
+    config = {"experiment": args.name, "config": to_dict(cfg)}
+    changed = _check_resume_config(out_dir, config) if args.resume else {}
+    if jax.process_index() == 0:
+        try:  # also the start-up check that --out is writable, before any compilation
+            write_json(out_dir / "config.json", config)
+        except OSError as e:
+            raise ConfigError(f"--out {out_dir} is not writable ({e.strerror or e})") from None
+        if changed:
+            _log_resume_changes(out_dir, changed)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -140,6 +150,43 @@ def _run(args: argparse.Namespace) -> int:
     )
     exp.run(cfg, options)
     return 0
+
+
+# Fields that may differ from the stored config.json on --resume: where and how often to save, and
+# how the devices are laid out; none of them changes what the run computes.
+RESUME_MAY_CHANGE = ("run.checkpoint_every", "run.keep_checkpoints", "run.num_devices",
+                     "run.mesh.")
+
+
+def _check_resume_config(out_dir: Path, config: dict) -> dict[str, tuple]:
+    """The allowed fields (RESUME_MAY_CHANGE) that differ from the run's config.json; any other
+    difference is a one-line ConfigError naming the fields."""
+    stored = out_dir / "config.json"
+    if not stored.is_file():
+        return {}
+    try:
+        old = json.loads(stored.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: {stored} does not read ({e})") from None
+    changes = {k.removeprefix("config."): v for k, v in config_changes(old, config).items()}
+    refused = {k: v for k, v in changes.items() if not k.startswith(RESUME_MAY_CHANGE)}
+    if refused:
+        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(refused.items())[:4])
+        more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+        raise ConfigError(f"--resume: the config differs from {stored} in {shown}{more}; resume "
+                          f"with the run's config, or start afresh with --overwrite")
+    return changes
+
+
+def _log_resume_changes(out_dir: Path, changed: dict[str, tuple]) -> None:
+    """Record the allowed changes of a resume in OUT/resumes.jsonl, and say them in one line."""
+    record = {"time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "changed": {k: {"from": a, "to": b} for k, (a, b) in changed.items()}}
+    with open(out_dir / "resumes.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print("jaxrl-suite: resuming with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in
+                                                    changed.items()) + " (resumes.jsonl)",
+          file=sys.stderr)
 
 
 RUN_MARKERS = ("config.json", "checkpoints", "runs", "metrics.jsonl", "summary.json")

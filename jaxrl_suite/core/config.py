@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -133,6 +134,27 @@ def to_dict(cfg) -> dict:
         return v
 
     return conv(cfg)
+
+
+MISSING = "<missing>"  # a field one of two configs compared by `config_changes` lacks
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple]:
+    """The fields whose values differ between two `to_dict` views, as {"a.b": (old, new)};
+    a field only one side has is (MISSING, value) or (value, MISSING)."""
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[prefix + k] = v
+        return out
+
+    a, b = flat(old), flat(new)
+    return {k: (a.get(k, MISSING), b.get(k, MISSING)) for k in sorted(a.keys() | b.keys())
+            if a.get(k, MISSING) != b.get(k, MISSING)}
 
 
 def merge(base: dict, update: dict) -> dict:

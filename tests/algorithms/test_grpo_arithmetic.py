@@ -1,6 +1,7 @@
 """End-to-end tests of the GRPO experiment through the CLI at smoke size."""
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -78,22 +79,23 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
 
 
 def test_resume_after_kill_matches_straight_run(tmp_path):
-    cfg_set = ["--set", "grpo.steps=6", "--set", "run.checkpoint_every=2"]
+    cfg_set = ["--set", "grpo.steps=6", "--set", "run.checkpoint_every=2",
+               "--set", "run.keep_checkpoints=3"]
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(straight)]) == 0
-    # The killed run got through GRPO step 3 (metrics logged) but died while saving step 3:
-    # the array files of step 3 are cut short (a torn write, a full disk), so resuming must
-    # fall back to step 2 (issue 43; a step that was never written is the easier case).
-    first = ["--set", "grpo.steps=3", "--set", "run.checkpoint_every=2"]
-    assert main(["run", "grpo_arithmetic", *SMOKE, *first, "--out", str(killed)]) == 0
-    for f in (killed / CKPT / "grpo" / "3").rglob("*"):
+    assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(killed)]) == 0
+    # As if killed before it saved GRPO step 6 (all 6 steps logged), with step 4's arrays cut
+    # short (a torn write, a full disk): resuming must fall back to step 2 (issue 43) and redo
+    # steps 3-6.
+    shutil.rmtree(killed / CKPT / "grpo" / "6")
+    for f in (killed / CKPT / "grpo" / "4").rglob("*"):
         if f.is_file() and f.parent.name == "d":
             f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     (killed / "summary.json").unlink()
     (killed / RUN / "result.json").unlink()  # a killed run never wrote its result
     assert main(["run", "grpo_arithmetic", *SMOKE, *cfg_set, "--out", str(killed),
                  "--resume"]) == 0
-    assert (killed / CKPT / "grpo.corrupt" / "3").is_dir()  # moved aside, not deleted
+    assert (killed / CKPT / "grpo.corrupt" / "4").is_dir()  # moved aside, not deleted
 
     cfg = load_config(Config, CONFIG, ["grpo.steps=6"], smoke=True)
     a, meta_a = _grpo_params(straight, cfg)

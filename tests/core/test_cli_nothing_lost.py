@@ -22,8 +22,14 @@ NAME = "outdir_probe"
 
 
 @dataclasses.dataclass(frozen=True)
+class _Run:
+    checkpoint_every: int = 5
+
+
+@dataclasses.dataclass(frozen=True)
 class _Cfg:
     x: int = 0
+    run: _Run = _Run()
     interrupt: str = ""  # "", "sigint" or "sigterm" at step `at` of 10
     at: int = 3
 
@@ -63,11 +69,11 @@ def _fit(trainer, directory, logdir):
 
 
 def _probe_run(cfg, opts):
-    """What a run leaves: config.json, a checkpoint file, summary.json."""
+    """What a run leaves (beside the config.json the CLI writes): a checkpoint file and
+    summary.json."""
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.interrupt:
         _fit(_Counter(cfg.interrupt, cfg.at), opts.out_dir / "checkpoints" / "probe", opts.out_dir)
-    (opts.out_dir / "config.json").write_text(json.dumps({"x": cfg.x}))
     (opts.out_dir / "checkpoints").mkdir(exist_ok=True)
     (opts.out_dir / "checkpoints" / "step").write_text(str(cfg.x))
     (opts.out_dir / "summary.json").write_text(json.dumps({"x": cfg.x, "resumed": opts.resume}))
@@ -156,3 +162,33 @@ def test_a_signal_ends_the_run_in_one_line_with_the_command_that_goes_on(probe, 
         assert "SIGTERM" in err and "probe step 3 checkpointed" in err
     else:  # inside step 3: the last checkpoint is step 1's
         assert f"the last checkpoints are under {probe / 'checkpoints'}" in err
+
+
+def test_resume_refuses_a_changed_config_in_one_line(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    stored = (probe / "config.json").read_text()
+    assert json.loads(stored) == {"experiment": NAME, "config": {
+        "x": 1, "interrupt": "", "at": 3, "run": {"checkpoint_every": 5}}}
+    assert main(["run", NAME, "--out", str(probe), "--resume", "--set", "x=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "config.json" in err and "x: 1 -> 2" in err
+    assert "--overwrite" in err and (probe / "config.json").read_text() == stored
+    assert _summary(probe)["resumed"] is False  # the run did not start
+
+
+def test_resume_may_change_the_listed_fields_and_records_them(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    assert main(["run", NAME, "--out", str(probe), "--resume",
+                 "--set", "run.checkpoint_every=7"]) == 0
+    assert "run.checkpoint_every 5 -> 7" in capsys.readouterr().err
+    record, = [json.loads(line) for line in (probe / "resumes.jsonl").read_text().splitlines()]
+    assert record["changed"] == {"run.checkpoint_every": {"from": 5, "to": 7}}
+    stored = json.loads((probe / "config.json").read_text())["config"]
+    assert stored["run"]["checkpoint_every"] == 7 and _summary(probe)["resumed"] is True
+
+
+def test_an_unwritable_out_is_one_line(probe_yaml, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    assert main(["run", NAME, "--out", str(tmp_path / "file" / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is not writable" in err and "file/out" in err

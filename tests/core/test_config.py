@@ -67,3 +67,13 @@ def test_bad_override_and_missing_file(tmp_path):
 def test_to_dict_round_trip():
     cfg = Outer(inner=Inner(steps=3), sizes=(5,))
     assert from_dict(Outer, to_dict(cfg)) == cfg
+
+
+def test_config_changes_names_each_differing_leaf():
+    from jaxrl_suite.core.config import MISSING, config_changes
+
+    old = {"a": 1, "b": {"c": [1, 2], "d": "x"}, "gone": 0}
+    new = {"a": 1, "b": {"c": [1, 3], "d": "x"}, "added": True}
+    assert config_changes(old, new) == {"added": (MISSING, True), "b.c": ([1, 2], [1, 3]),
+                                        "gone": (0, MISSING)}
+    assert config_changes(new, new) == {}
