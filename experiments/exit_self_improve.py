@@ -12,7 +12,9 @@ self-iteration steps at inference than any training episode had.
 One SFT checkpoint (a share `sft_iter_frac` of its prompts in the self-iteration format), then a
 run per variant and seed from it (`LMStudy`): grpo (turn-0 tasks), naive (K-turn revision
 episodes, `MultiTurnTrainer`) and exit (`ExItTrainer`), each scored greedily after 1..`eval.steps`
-self-iteration steps on held-out tasks. Writes summary.json, table.md and iterations.png.
+self-iteration steps on held-out tasks; `sampled_score` is the step-1 score of one completion per
+task sampled at the training temperature (grpo.temperature; the first eval.sampled_examples
+tasks). Writes summary.json, table.md and iterations.png.
 """
 
 from __future__ import annotations
@@ -95,8 +97,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     grpo = study.grpo_trainer(cfg.grpo, sft_params)
     scores = lambda params: evaluate_iterations(grpo, params, study.held_out, steps=cfg.eval.steps,
                                                 batch_size=cfg.eval.batch_size).tolist()
-    sft_scores = scores(sft_params)
-    print0(f"[{NAME}] SFT: score by step {np.round(sft_scores, 3).tolist()}")
+    # the step-1 score of one sample per task at the training temperature
+    sampled_score = lambda params: float(evaluate_iterations(
+        grpo, params, study.held_out[: cfg.eval.sampled_examples], steps=1,
+        batch_size=cfg.eval.batch_size, temperature=cfg.grpo.temperature,
+        rng=study.sampled_key)[0])
+    sft_scores, sft_sampled = scores(sft_params), sampled_score(sft_params)
+    print0(f"[{NAME}] SFT: score by step {np.round(sft_scores, 3).tolist()}, sampled score "
+           f"{sft_sampled:.3f}")
 
     def train(variant: str, seed: int, _) -> dict:
         t0, trainer = time.perf_counter(), VARIANTS[variant](cfg, grpo)
@@ -104,13 +112,15 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                               variant, seed, num_steps=cfg.grpo.steps, stage=variant,
                               postfix=("reward", "tokens"))
         records = read_metrics(study.run_dir(variant, seed) / "metrics.jsonl")
-        return {"scores": scores(state.train.params if variant == "exit" else state.params),
+        params = state.train.params if variant == "exit" else state.params
+        return {"scores": scores(params), "sampled_score": sampled_score(params),
                 "train_tokens": float(sum(r["tokens"] for r in records)),
                 "final_reward": float(np.mean([r["reward"] for r in records[-10:]])),
                 "wall_time_s": time.perf_counter() - t0}
 
-    results = study.run(train, fmt=lambda r: f"score by step {np.round(r['scores'], 3).tolist()}")
-    stats = study.aggregate(results, ["scores", "train_tokens"])
+    results = study.run(train, fmt=lambda r: f"score by step {np.round(r['scores'], 3).tolist()}"
+                                             f", sampled score {r['sampled_score']:.3f}")
+    stats = study.aggregate(results, ["scores", "sampled_score", "train_tokens"])
     k = min(cfg.variants.naive_turns, cfg.eval.steps)
     claim = {v: {"gain_after_K": s["scores"]["mean"][-1] - s["scores"]["mean"][k - 1],
                  "gain_total": s["scores"]["mean"][-1] - s["scores"]["mean"][0], "K": k}
@@ -121,14 +131,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                      xlabel="self-iteration steps at evaluation (dotted: naive K)",
                      title=f"{cfg.task.name}: mean ± std over {len(cfg.run.seeds)} seeds")
     cols = sorted({1, k, cfg.eval.steps})
+    heads = ["score @ 1", "sampled score @ 1", *(f"score @ {c}" for c in cols[1:]),
+             "training tokens"]
     rows = {v: {**{f"score @ {c}": {m: s["scores"][m][c - 1] for m in ("mean", "std")}
-                   for c in cols}, "training tokens": s["train_tokens"]} for v, s in stats.items()}
+                   for c in cols}, "sampled score @ 1": s["sampled_score"],
+                "training tokens": s["train_tokens"]} for v, s in stats.items()}
     first = {"SFT (start)": {**{f"score @ {c}": sft_scores[c - 1] for c in cols},
-                             "training tokens": float("nan")}}
-    table = study.table(rows, [*(f"score @ {c}" for c in cols), "training tokens"], first=first,
-                        formats={"training tokens": ".3g"})
+                             "sampled score @ 1": sft_sampled, "training tokens": float("nan")}}
+    table = study.table(rows, heads, first=first, formats={"training tokens": ".3g"})
     return study.finish({
-        "experiment": NAME, "task": cfg.task.name, "sft_scores": sft_scores, "variants": stats,
+        "experiment": NAME, "task": cfg.task.name, "sft_scores": sft_scores,
+        "sft_sampled_score": sft_sampled, "variants": stats,
         "claim": claim, "heldout_examples": len(study.held_out),
         "wall_time_s": time.perf_counter() - t_start, "resumed": opts.resume,
         "config": to_dict(cfg)}, table)

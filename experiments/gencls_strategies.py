@@ -19,8 +19,11 @@ held-out accuracy -> GRPO with the rule reward r = 1[label = gold] -> held-out a
 strategy pads its prompts and completions to its own lengths (one `LMStudy` per strategy, so
 one compiled program set each). "ppl" changes decoding only (the paper's inference-time
 perplexity-based decoding), so it trains nothing: it evaluates the "base" strategy's SFT and
-RL checkpoints of the same seed with perplexity-based decoding. Writes summary.json (claims with
-verdicts), table.md, accuracy.png (grouped bars) and reward.png (GRPO reward curves).
+RL checkpoints of the same seed with perplexity-based decoding. Beside each greedy accuracy, a
+trained strategy reports its sampled accuracy: pass@1 of one completion per held-out prompt
+sampled at the training temperature (grpo.temperature; `LMStudy.sampled_accuracy`); "ppl" has
+none (its decoding samples nothing). Writes summary.json (claims with verdicts), table.md,
+accuracy.png (grouped bars) and reward.png (GRPO reward curves).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from jaxrl_suite.algorithms.gencls import (
 from jaxrl_suite.core.config import ConfigError, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import Study, check_variants
+from jaxrl_suite.core.study import Study, check_variants, seed_stats
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.envs.text.topics import TopicsTask, keyword_baseline_accuracy
 
@@ -59,8 +62,10 @@ VARIANTS: dict[str, dict] = {
     "ppl": {"decoding": "ppl"},
     "reasoning": {"reasoning": True},
 }
-KEYS = {"sft_accuracy": "SFT", "rl_accuracy": "SFT+RL", "gain": "RL gain",
+KEYS = {"sft_accuracy": "SFT", "sft_sampled_accuracy": "SFT sampled", "rl_accuracy": "SFT+RL",
+        "rl_sampled_accuracy": "SFT+RL sampled", "gain": "RL gain",
         "rl_uncertain": "uncertain (RL)", "rl_invalid": "invalid (RL)"}
+SAMPLED = ("sft_sampled_accuracy", "rl_sampled_accuracy")  # free-decoding strategies only
 PAPER_GAIN = 3.46  # points of accuracy over naive SFT, the paper's average over 7 datasets
 
 
@@ -163,10 +168,15 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         return trainers[name]
 
     def evaluate(name: str, params, strategy: StrategyConfig) -> dict:
-        sub = studies[name]
-        return evaluate_strategy(trainers_of(name)[1], params, sub.lm.task, sub.held_out,
-                                 batch_size=cfg.eval.batch_size, decoding=strategy.decoding,
-                                 norm=strategy.ppl_norm)
+        """The strategy's held-out accuracy (and rates) under its decoding, and for free
+        decoding `sampled_accuracy` at the training temperature."""
+        sub, grpo = studies[name], trainers_of(name)[1]
+        out = evaluate_strategy(grpo, params, sub.lm.task, sub.held_out,
+                                batch_size=cfg.eval.batch_size, decoding=strategy.decoding,
+                                norm=strategy.ppl_norm)
+        if strategy.decoding == "free":
+            out["sampled_accuracy"] = sub.sampled_accuracy(grpo, params)
+        return out
 
     def train(variant: str, seed: int, _) -> dict:
         t0, strategy, source = time.perf_counter(), cfg.strategies.strategy(variant), \
@@ -203,8 +213,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                          "eval_accuracy": rl_eval["accuracy"]})
         if source != variant:
             rl_eval = evaluate(source, rl_params, strategy)
+        sampled = {f"{stage}_sampled_accuracy": e["sampled_accuracy"] for stage, e in
+                   (("sft", sft_eval), ("rl", rl_eval)) if "sampled_accuracy" in e}
         return {"sft_accuracy": sft_eval["accuracy"], "rl_accuracy": rl_eval["accuracy"],
-                "gain": rl_eval["accuracy"] - sft_eval["accuracy"],
+                **sampled, "gain": rl_eval["accuracy"] - sft_eval["accuracy"],
                 "sft_uncertain": sft_eval["uncertain_rate"],
                 "rl_uncertain": rl_eval["uncertain_rate"],
                 "sft_invalid": sft_eval["invalid_rate"], "rl_invalid": rl_eval["invalid_rate"],
@@ -214,7 +226,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "wall_time_s": time.perf_counter() - t0}
 
     results = study.run(train)
-    stats = study.aggregate(results, [*KEYS, "sft_uncertain", "sft_invalid", "wall_time_s"])
+    stats = study.aggregate(results, [k for k in (*KEYS, "sft_uncertain", "sft_invalid",
+                                                  "wall_time_s") if k not in SAMPLED])
+    for v, runs in study.per_variant(results).items():  # the strategies that sample
+        if cfg.strategies.strategy(v).decoding == "free":
+            stats[v].update({k: seed_stats([r[k] for r in runs]) for k in SAMPLED})
     keyword = keyword_baseline_accuracy(base, "test", cfg.eval.num_examples) if isinstance(
         base, TopicsTask) else None
     claims = _claims(stats, names)
@@ -232,8 +248,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                           title=f"GRPO reward: median and IQR over {len(study.seeds)} seeds "
                                 f"(moving average {window})")
     first = {} if keyword is None else {"keyword matcher": {
-        "sft_accuracy": keyword, "rl_accuracy": float("nan"), "gain": float("nan"),
-        "rl_uncertain": float("nan"), "rl_invalid": float("nan")}}
+        "sft_accuracy": keyword, **{k: float("nan") for k in KEYS if k != "sft_accuracy"}}}
     return study.finish({
         "experiment": NAME, "task": cfg.task.name, "strategies": stats, "claims": claims,
         "keyword_baseline_accuracy": keyword,

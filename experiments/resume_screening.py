@@ -16,7 +16,9 @@ One SFT checkpoint on the task's solutions (envs/text/screening.py), then GRPO f
 each reward weighting (`variants`, rewards/composite.py), 3 seeds each, with the KL to the SFT
 model (grpo.beta) and the reward-hacking guard (grpo.collapse_entropy) on. Held-out greedy
 decisions give accuracy and the precision / recall / F1 of SELECTED for the keyword ATS (its
-threshold fitted on training pairs), SFT and each GRPO variant. Writes summary.json (table,
+threshold fitted on training pairs), SFT and each GRPO variant; beside them, `sampled_accuracy`
+and `sampled_f1` are those of one decision per pair sampled at the training temperature
+(grpo.temperature; the first eval.sampled_examples pairs). Writes summary.json (table,
 each run's collapse report and warnings, claims with verdicts from the numbers), table.md,
 entropy.png (predicted-class entropy per step, the guard's threshold dashed),
 components.png (each reward component per step) and metrics.png (held-out metric bars).
@@ -50,6 +52,9 @@ from jaxrl_suite.rewards.composite import (
 NAME = "resume_screening"
 VARIANTS = ("aggressive", "gentle")
 METRICS = ("accuracy", "precision", "recall", "f1", "selected_rate", "invalid_rate")
+SAMPLED = ("sampled_accuracy", "sampled_f1")  # the headline metrics of sampled decisions
+COLUMNS = ("accuracy", "sampled_accuracy", "precision", "recall", "f1", "sampled_f1",
+           "selected_rate", "invalid_rate")  # table.md
 # The paper's held-out numbers on its own data (abstract of arXiv 2511.16073).
 PAPER = {"accuracy": 0.91, "recall": 0.85, "precision": 1.0}
 
@@ -101,10 +106,17 @@ def variant_task(cfg: Config, name: str) -> ScreeningTask:
     return ScreeningTask(seed=cfg.task.seed, reward=getattr(cfg.weights, name))
 
 
-def evaluate_decisions(trainer, params, examples, batch_size: int) -> dict:
+def evaluate_decisions(trainer, params, examples, batch_size: int, *,
+                       temperature: float | None = None, rng: jax.Array | None = None) -> dict:
     """Held-out greedy decisions: `selection_metrics`, plus the shares of completions in the
-    exact format and with a score that agrees with their decision."""
-    texts, _ = trainer.greedy_completions(params, examples, batch_size=batch_size)
+    exact format and with a score that agrees with their decision. With `temperature` (and
+    `rng`), one decision per example sampled at that temperature instead
+    (`LMTrainer.sampled_completions`, in the same batches)."""
+    if temperature is None:
+        texts, _ = trainer.greedy_completions(params, examples, batch_size=batch_size)
+    else:
+        texts, _ = trainer.sampled_completions(params, examples, batch_size=batch_size, rng=rng,
+                                               temperature=temperature)
     out = selection_metrics([predicted_label(t) for t in texts], [e.answer for e in examples])
     parts = [composite_components(t, e.answer, CompositeConfig())
              for t, e in zip(texts, examples, strict=True)]
@@ -124,10 +136,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "threshold": ats.threshold}
     print0(f"[{NAME}] keyword ATS: {format_numbers(ats_eval)}")
 
+    def evaluate(trainer, params) -> dict:
+        """Greedy decisions on the held-out pairs, and `SAMPLED` from one decision per pair
+        sampled at the training temperature (the first eval.sampled_examples pairs)."""
+        greedy = evaluate_decisions(trainer, params, held_out, bs)
+        sampled = evaluate_decisions(trainer, params, held_out[: cfg.eval.sampled_examples], bs,
+                                     temperature=cfg.grpo.temperature, rng=study.sampled_key)
+        return {**greedy, **{f"sampled_{k}": sampled[k] for k in ("accuracy", "f1")}}
+
     sft_params = study.shared_sft().params
     base = study.grpo_trainer(cfg.grpo, sft_params)  # one compiled program for every variant
-    sft_eval = study.cached(opts.out_dir / "sft_eval.json",
-                            lambda: evaluate_decisions(base, sft_params, held_out, bs))
+    sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: evaluate(base, sft_params))
     print0(f"[{NAME}] SFT: {format_numbers(sft_eval)}")
     trainers = {v: base.with_task(variant_task(cfg, v)) for v in study.variants}
 
@@ -136,7 +155,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         state = study.fit_run(trainer, trainer.init_state(sft_params, study.grpo_key(seed)),
                               variant, seed, num_steps=cfg.grpo.steps,
                               postfix=("reward", "outcome_entropy"))
-        result = evaluate_decisions(trainer, state.params, held_out, bs)
+        result = evaluate(trainer, state.params)
         records = read_metrics(study.run_dir(variant, seed) / "metrics.jsonl") \
             if jax.process_index() == 0 else []
         report = collapse_report([r for r in records if r.get("stage") == "grpo"],
@@ -147,7 +166,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "wall_time_s": time.perf_counter() - t0}
 
     results = study.run(train)
-    stats = study.aggregate(results, [*METRICS, "format_rate", "calibration_rate"])
+    stats = study.aggregate(results, [*METRICS, *SAMPLED, "format_rate", "calibration_rate"])
     per_variant = study.per_variant(results)
     reports = {study.run_name(v, r["seed"]): r["collapse_report"]
                for v, runs in per_variant.items() for r in runs}
@@ -157,12 +176,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     claims = _claims(stats, per_variant, ats_eval, sft_eval, cfg)
     if jax.process_index() == 0:
         _plots(study, stats, ats_eval, sft_eval, cfg, opts)
-    table = study.table(stats, METRICS, first={"keyword ATS": ats_eval, "SFT": sft_eval})
+    no_samples = {k: float("nan") for k in SAMPLED}  # the keyword ATS samples nothing
+    table = study.table(stats, COLUMNS, first={"keyword ATS": {**ats_eval, **no_samples},
+                                               "SFT": sft_eval})
     return study.finish({
         "experiment": NAME, "ats": ats_eval, "sft": sft_eval, "variants": stats,
         "table": {"keyword ATS": ats_eval, "SFT": sft_eval,
-                  **{v: {k: {"mean": s[k]["mean"], "std": s[k]["std"]} for k in METRICS}
-                     for v, s in stats.items()}},
+                  **{v: {k: {"mean": s[k]["mean"], "std": s[k]["std"]}
+                         for k in (*METRICS, *SAMPLED)} for v, s in stats.items()}},
         "collapse_reports": reports, "warnings": warnings, "claims": claims, "paper": PAPER,
         "weights": {v: to_dict(getattr(cfg.weights, v)) for v in study.variants},
         "heldout_examples": len(held_out), "wall_time_s": time.perf_counter() - t_start,

@@ -14,7 +14,9 @@ One SFT checkpoint (and one drafter distilled from it, `LMStudy.warm_drafter`) s
 Variants: static (`KVCacheSampler`), continuous (`ContinuousSampler`, engines.slots rows,
 engines.schedule order), speculative (`SpeculativeSampler`, drafter distilled on every rollout,
 reward-weighted) and speculative_frozen (the same drafter, never updated). Every run of a seed
-uses the same rollout keys. Writes summary.json, table.md, reward.png and acceptance.png.
+uses the same rollout keys. Held-out evaluation (`LMStudy.evaluate`) of the SFT start and of each
+run: greedy accuracy, and `sampled_accuracy`, pass@1 of one sample per prompt at the training
+temperature (grpo.temperature). Writes summary.json, table.md, reward.png and acceptance.png.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         if t.config.sampler not in by_kind:
             by_kind[t.config.sampler] = t.sampler.compiled_memory(sft_params, *prompts)["peak"]
     memory = {v: by_kind[t.config.sampler] for v, t in trainers.items()}
+    # the start's held-out figures (the evaluation samplers are the study's, whatever the engine)
+    sft_eval = study.cached(opts.out_dir / "sft_eval.json",
+                            lambda: study.evaluate(trainers[study.variants[0]], sft_params))
+    print0(f"[{NAME}] SFT: {format_numbers(sft_eval)}")
 
     def train(variant: str, seed: int, _) -> dict:
         trainer, t0 = trainers[variant], time.perf_counter()
@@ -125,7 +131,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "memory_peak_mb": memory[variant] / 2**20, "wall_time_s": time.perf_counter() - t0}
 
     results = study.run(train)
-    keys = ["greedy_accuracy", "step_time", "gen_time", "tokens_per_s", "memory_peak_mb"]
+    keys = ["greedy_accuracy", "sampled_accuracy", "step_time", "gen_time", "tokens_per_s",
+            "memory_peak_mb"]
     stats = study.aggregate(results, keys)
     claims = None
     if jax.process_index() == 0:
@@ -146,9 +153,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     for v, row in (claims or {}).items():
         print0(f"[{NAME}] {v}: {format_numbers(row)}")
     return study.finish({
-        "experiment": NAME, "variants": stats, "claims": claims,
+        "experiment": NAME, "sft": sft_eval, "variants": stats, "claims": claims,
         "wall_time_s": time.perf_counter() - t_start, "resumed": opts.resume,
-        "config": to_dict(cfg)}, study.table(stats, keys))
+        "config": to_dict(cfg)}, study.table(stats, keys, first={
+            "SFT (start)": {k: sft_eval.get(k, float("nan")) for k in keys}}))
 
 
 def _claims(curves: dict, drafters: dict, stats: dict) -> dict:

@@ -34,7 +34,10 @@ near-duplicate distractors, under BM25 (`bm25s`). Stages:
      tells the GBR runs from the acc runs here is their pool (search.drop_solved), so the
      default run trains gbr, acc and recall;
   4. held-out evaluation, greedy: the generator's accuracy from each searcher's documents
-     (`success`), its gain over naive RAG, gold-passage recall, queries and turns per episode.
+     (`success`), its gain over naive RAG, gold-passage recall, queries and turns per episode;
+     `sampled_success` is that accuracy for one searcher episode per question sampled at the
+     training temperature (the rollout sampler, grpo.temperature; the first
+     eval.sampled_examples questions).
 Writes summary.json (the claims, with verdicts computed from the numbers), table.md,
 accuracy.png (held-out accuracy against the number of training questions, per reward, mean and
 std over seeds, naive RAG and the SFT searcher as references) and reward.png.
@@ -71,9 +74,10 @@ from jaxrl_suite.rewards.gbr import SEARCH_REWARDS
 NAME = "s3_search"
 PAPER_CLAIM = ("training the searcher alone on Gain Beyond RAG gives strong downstream "
                "accuracy from little data (2.4k questions vs baselines with 70x more)")
-METRICS = ("success", "reward_gbr", "reward_recall", "reward_docs", "reward_queries", "turns",
-           "format_fail_rate", "truncated_frac")
-LABELS = {"success": "accuracy", "reward_gbr": "gain over RAG", "reward_recall": "gold recall",
+METRICS = ("success", "sampled_success", "reward_gbr", "reward_recall", "reward_docs",
+           "reward_queries", "turns", "format_fail_rate", "truncated_frac")
+LABELS = {"success": "accuracy", "sampled_success": "sampled accuracy",
+          "reward_gbr": "gain over RAG", "reward_recall": "gold recall",
           "reward_docs": "documents", "reward_queries": "queries", "turns": "turns",
           "format_fail_rate": "format fails", "truncated_frac": "truncated"}
 
@@ -237,6 +241,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         agents.append(agent)
         return agent
 
+    def evaluate(agent: AgentTrainer, params) -> dict:
+        """Greedy held-out episodes' `episode_metrics`, and `sampled_success`: the success of
+        one episode per question by the rollout sampler (at the training temperature)."""
+        greedy = agent.evaluate(params, study.held_out)
+        sampled = agent.evaluate(params, study.held_out[: cfg.eval.sampled_examples],
+                                 sampler=agent.grpo.sampler)
+        return {**greedy, "sampled_success": sampled["success"]}
+
     try:
         # 2. the searcher's SFT start
         sft_agent = agent_for(sft_task, study.lm.params, "gbr")
@@ -252,7 +264,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             sft_params = study.fit(trainer, init, stage="sft", num_steps=cfg.sft.steps,
                                    checkpoint_dir=ckpt, logger=logger).params
         sft_eval = study.cached(study.run_dir("sft") / "eval.json", lambda: {
-            **sft_agent.evaluate(sft_params, study.held_out),
+            **evaluate(sft_agent, sft_params),
             **{f"demo_{k}": v for k, v in episode_metrics(demos).items()
                if k in ("success", "reward_queries", "turns")}})
         print0(f"[{NAME}] SFT searcher: {format_numbers(sft_eval)}")
@@ -269,8 +281,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                                       postfix=("reward", "success"))
             finally:
                 agent.close()
-            return {**agent.evaluate(state.params, study.held_out),
-                    "wall_time_s": time.perf_counter() - t0}
+            return {**evaluate(agent, state.params), "wall_time_s": time.perf_counter() - t0}
 
         results = study.run(train)
     finally:

@@ -11,8 +11,10 @@ in a band and gives the best held-out maj@k / pass@k.
 
 One SFT checkpoint, then a GRPO run per variant and seed from it (`LMStudy`): plain; naive
 (`entropy_reg=naive`); high_entropy (pg on the tokens above an entropy quantile, "80/20"); siren
-(`entropy_reg=siren`, anchored to the SFT policy's H_bar on the seed's first batch). Writes
-summary.json, table.md, entropy.png, length.png and accuracy.png.
+(`entropy_reg=siren`, anchored to the SFT policy's H_bar on the seed's first batch). Held-out
+evaluation (`LMStudy.evaluate`) of the SFT start and of each run: greedy accuracy,
+`sampled_accuracy` (pass@1 at the training temperature, grpo.temperature) and pass@k / maj@k at
+eval.temperature. Writes summary.json, table.md, entropy.png, length.png and accuracy.png.
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "anchor": float(state.anchor) if variant == "siren" else None}
 
     results = study.run(train)
-    keys = ["greedy_accuracy", *(f"{m}@{k}" for m in ("pass", "maj") for k in cfg.eval.ks),
-            "length"]
+    keys = ["greedy_accuracy", "sampled_accuracy",
+            *(f"{m}@{k}" for m in ("pass", "maj") for k in cfg.eval.ks), "length"]
     stats = study.aggregate(results, keys)
     claims = None
     if jax.process_index() == 0:  # the runs' logs are written by process 0

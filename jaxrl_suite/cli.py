@@ -6,8 +6,8 @@
 Bad input (an unknown experiment, config key or value, a missing checkpoint or metrics file)
 prints one line to stderr and exits with status 2, without a traceback.
 
-No run deletes data: `run` into an --out folder that holds an earlier run (its config.json,
-checkpoints/, runs/, metrics.jsonl or summary.json) refuses unless it is told how to go on:
+No run deletes data: `run` into an --out folder that holds an earlier run's work (a checkpoint,
+a logged metric, a result or summary) refuses unless it is told how to go on:
 `--resume` continues the earlier run, `--overwrite` moves it aside to a timestamped sibling
 folder (OUT.old-YYYYmmdd-HHMMSS) and starts afresh.
 
@@ -189,12 +189,18 @@ def _log_resume_changes(out_dir: Path, changed: dict[str, tuple]) -> None:
           file=sys.stderr)
 
 
-RUN_MARKERS = ("config.json", "checkpoints", "runs", "metrics.jsonl", "summary.json")
-
-
 def earlier_run(out_dir: Path) -> bool:
-    """Whether `out_dir` holds what a run writes (any of RUN_MARKERS)."""
-    return any((out_dir / name).exists() for name in RUN_MARKERS)
+    """Whether `out_dir` holds work of an earlier run: a summary.json, a finished run's
+    result.json, a logged metrics record or a checkpoint step. (A run that stopped at a bad
+    config before any of these left only its config.json, and is simply started again.)"""
+    if not out_dir.is_dir():
+        return False
+    if (out_dir / "summary.json").exists() or any(out_dir.glob("runs/**/result.json")):
+        return True
+    if any(p.stat().st_size for p in out_dir.rglob("metrics.jsonl")):
+        return True
+    ckpts = out_dir / "checkpoints"
+    return ckpts.is_dir() and any(p.is_dir() and p.name.isdigit() for p in ckpts.rglob("*"))
 
 
 def move_aside(out_dir: Path) -> Path:

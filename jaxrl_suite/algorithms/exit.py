@@ -12,8 +12,9 @@ One `ExItTrainer.step`:
   4. the group advantages get the diversity bonus (the policy's mean-pooled final hidden states
      of the completions, `GRPOTrainer.completion_embeddings`) and GRPO updates (`update`).
 
-Only single self-improvement steps are trained. `evaluate_iterations` runs a policy greedily for
-1..T self-iteration steps on held-out tasks and returns the mean score after each step.
+Only single self-improvement steps are trained. `evaluate_iterations` runs a policy greedily (or
+sampling at a temperature) for 1..T self-iteration steps on held-out tasks and returns the mean
+score after each step.
 """
 
 from __future__ import annotations
@@ -204,18 +205,29 @@ class MultiTurnTrainer:
 
 
 def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], *, steps: int,
-                        batch_size: int) -> np.ndarray:
+                        batch_size: int, temperature: float | None = None,
+                        rng: jax.Array | None = None) -> np.ndarray:
     """Greedy self-iteration on `examples` for `steps` steps: mean score after each step [T].
 
     Step 1 answers the task's own prompt; step t > 1 answers the self-iteration prompt built from
     step t-1's completion and its feedback (improve mode). `scores[-1] - scores[0]` is the gain
-    from iterating."""
+    from iterating. With `temperature` (and `rng`), each step samples one completion per example
+    at that temperature instead (`sampled_completions`, step t's batches keyed from
+    fold_in(rng, t)), in the same batches as the greedy steps."""
+    if (temperature is None) != (rng is None):
+        raise ValueError("evaluate_iterations: give temperature and rng together (sampled) or "
+                         "neither (greedy)")
     previous: list[str | None] = [None] * len(examples)
     scores = np.zeros((steps, len(examples)), np.float32)
     for t in range(steps):
         prompts = [dataclasses.replace(e, prompt=iteration_prompt(grpo.task, e, p))
                    for e, p in zip(examples, previous, strict=True)]
-        texts, _ = grpo.greedy_completions(params, prompts, batch_size=batch_size)
+        if temperature is None:
+            texts, _ = grpo.greedy_completions(params, prompts, batch_size=batch_size)
+        else:
+            texts, _ = grpo.sampled_completions(params, prompts, batch_size=batch_size,
+                                                rng=jax.random.fold_in(rng, t),
+                                                temperature=temperature)
         scores[t] = [grpo.task.score(x, e) for x, e in zip(texts, examples, strict=True)]
         previous = texts
     return scores.mean(axis=1)

@@ -34,7 +34,7 @@ import functools
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import flax.struct
 import jax
@@ -43,6 +43,16 @@ import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Probability,
+    Range,
+    UnitInterval,
+    check_fields,
+)
 from jaxrl_suite.core.parallel import (
     batch_shards,
     data_sharding,
@@ -101,54 +111,50 @@ VALIDATION_START = 10**7
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    steps: int = 300  # teacher-forcing updates on task solutions
-    batch_size: int = 64  # examples per update
-    lr: float = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10%)
-    warmup_steps: int = 20  # linear warm-up steps
-    schedule_steps: int | None = None  # cosine decay horizon (None = steps; larger = stop early)
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # global-norm gradient clipping
+    steps: Count = 300  # teacher-forcing updates on task solutions
+    batch_size: Count = 64  # examples per update
+    lr: NonNegative = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10%)
+    warmup_steps: NonNegativeInt = 20  # linear warm-up steps
+    schedule_steps: Count | None = None  # cosine decay horizon (None = steps; larger = stop early)
+    weight_decay: NonNegative = 0.0  # AdamW weight decay
+    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
     # Memory (issue 17): rows per gradient micro-batch (0 = the whole batch; gradients are
     # accumulated over batch_size / train_micro_batch micro-batches, same update), and positions
     # per chunk of the output projection (0 = the full [B, T, V] logits; see losses/chunked.py).
-    train_micro_batch: int = 0
-    logprob_chunk: int = 0
+    train_micro_batch: NonNegativeInt = 0
+    logprob_chunk: NonNegativeInt = 0
     # Early stopping on a validation set (for an RL start that is competent but leaves headroom):
     # every stop_every steps, greedy accuracy on stop_examples training-split problems drawn far
     # beyond the SFT's data cursor (`VALIDATION_START`; never the held-out split); SFT ends at the
     # first check that reaches stop_accuracy (None = off: `steps` steps), at most `steps` steps.
-    stop_accuracy: float | None = None
-    stop_every: int = 10
-    stop_examples: int = 256
+    stop_accuracy: UnitInterval | None = None
+    stop_every: Count = 10
+    stop_examples: Count = 256
 
     def __post_init__(self):
-        _check_positive(self, "steps", "batch_size", "stop_every", "stop_examples")
-        if self.stop_accuracy is not None and not 0.0 < self.stop_accuracy <= 1.0:
-            raise ValueError(f"sft.stop_accuracy must be in (0, 1] or null, got "
-                             f"{self.stop_accuracy}")
-        _check_nonnegative(self, "sft", "train_micro_batch", "logprob_chunk")
+        check_fields(self, "sft.")  # the Ranges declared above
         _check_divides(self, "sft", self.batch_size, "train_micro_batch")
 
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    steps: int = 100  # GRPO iterations (one batch of prompts each)
-    prompts_per_step: int = 16  # B: distinct prompts per iteration
-    group_size: int = 8  # G: completions per prompt
-    max_new_tokens: int = 24  # N: completion budget (EOS ends a completion earlier)
-    temperature: float = 1.0  # sampling temperature (log-probs are taken at the same temperature)
-    top_k: int = 0  # sample from the k most likely tokens (0 = off)
-    top_p: float = 1.0  # nucleus sampling mass (1.0 = off)
-    lr: float = 1e-4  # peak AdamW learning rate
-    warmup_steps: int = 0  # linear warm-up steps from 0 to lr
+    steps: NonNegativeInt = 100  # GRPO iterations (one batch of prompts each)
+    prompts_per_step: Count = 16  # B: distinct prompts per iteration
+    group_size: Annotated[int, Range(ge=2)] = 8  # G: completions per prompt
+    max_new_tokens: Count = 24  # N: completion budget (EOS ends a completion earlier)
+    temperature: Positive = 1.0  # sampling temperature (log-probs taken at the same one)
+    top_k: NonNegativeInt = 0  # sample from the k most likely tokens (0 = off)
+    top_p: UnitInterval = 1.0  # nucleus sampling mass (1.0 = off)
+    lr: NonNegative = 1e-4  # peak AdamW learning rate
+    warmup_steps: NonNegativeInt = 0  # linear warm-up steps from 0 to lr
     lr_schedule: Literal["constant", "cosine"] = "constant"  # after the warm-up: constant, or a
     # cosine decay to lr / 10 at grpo.steps
     # Start AdamW from the SFT optimizer's moments (mu, nu and their bias-correction count) rather
     # than from zeros: `GRPOTrainer.init_state(..., sft_opt_state=)`; the lr schedule (warm-up
     # included) still starts at step 0.
     carry_optimizer: bool = False
-    max_grad_norm: float = 1.0  # global-norm gradient clipping
-    mu: int = 1  # inner updates per batch, against the stored old log-probs (one step each)
+    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
+    mu: Count = 1  # inner updates per batch, against the stored old log-probs (one step each)
     # Dynamic sampling (DAPO, arXiv 2503.14476): a group whose G rewards are all equal has zero
     # advantage and no gradient. With it on, each step draws rollouts of prompts_per_step prompts
     # at a time, up to max_draws of them (`GRPOTrainer.batch` hands the step max_draws x
@@ -158,14 +164,14 @@ class GRPOConfig:
     # kept share of the drawn groups), draws (rollouts drawn this step), filled (the share of the
     # batch that carries a gradient). reward / accuracy / zero_std_frac describe every drawn group.
     dynamic_sampling: bool = False
-    max_draws: int = 4
+    max_draws: Count = 4
     # Policy loss, by name in losses.POLICY_LOSSES: "grpo" (token ratio), "gspo" (sequence ratio;
     # its paper uses clip_eps=3e-4, clip_eps_high=4e-4), "cispo" (clipped detached IS weight
     # times logp; its paper sets no lower clip, e.g. clip_eps=1.0, and loss_type "dapo").
     policy_loss: str = "grpo"
-    clip_eps: float = 0.2  # ratio clip range below 1
-    clip_eps_high: float | None = None  # clip range above 1 (DAPO clip-higher); None = clip_eps
-    beta: float = 0.0  # weight of the k3 KL to the frozen reference (the SFT model)
+    clip_eps: NonNegative = 0.2  # ratio clip range below 1
+    clip_eps_high: NonNegative | None = None  # range above 1 (DAPO clip-higher); None: clip_eps
+    beta: NonNegative = 0.0  # weight of the k3 KL to the frozen reference (the SFT model)
     # Token aggregation (losses.grpo): "dapo" (a token mean over the batch; TRL's default),
     # "grpo" (a mean per sequence, then over sequences: short completions weigh more per token),
     # "dr_grpo" (a sum over a constant N per sequence), "bnpo".
@@ -175,32 +181,32 @@ class GRPOConfig:
     # "reinforce_pp_baseline" (group mean subtracted, then batch-normalised).
     advantage: str = "group"
     adv_scale: Literal["group", "batch", "none"] = "group"  # std normalisation of "group"
-    adv_eps: float = 1e-4  # added to the std in advantage normalisation
+    adv_eps: NonNegative = 1e-4  # added to the std in advantage normalisation
     # -1 negates the advantages: the control that shows an update pushes the right way (the
     # reward should then fall). 1 is GRPO.
     advantage_sign: Literal[1, -1] = 1
-    format_weight: float = 0.0  # weight of the <answer>…</answer> format reward
+    format_weight: NonNegative = 0.0  # weight of the <answer>…</answer> format reward
     # Entropy regulariser, by name in losses.REGULARIZERS: "none"; "naive" adds -coef * H (full
     # vocabulary, all tokens); "siren" adds coef * (H_bar - anchor)^2 on the top-p entropy of the
     # peak-entropy tokens. SIREN's anchor lives in the train state: `siren_anchor` if set, else
     # measured on the initial policy by `GRPOTrainer.init_state` (or given to it: `anchor=`).
     entropy_reg: str = "none"
-    entropy_coef: float = 0.0
-    siren_top_p: float = 0.9
-    siren_quantile: float = 0.8  # regularise the tokens at or above this entropy quantile
+    entropy_coef: NonNegative = 0.0
+    siren_top_p: UnitInterval = 0.9
+    siren_quantile: Probability = 0.8  # regularise the tokens at or above this entropy quantile
     siren_anchor: float | None = None
     # High-entropy-only policy gradient ("80/20", TRL's top_entropy_quantile = 1 - this): keep the
     # pg term of the tokens at or above this entropy quantile of the batch; None = every token.
-    high_entropy_quantile: float | None = None
+    high_entropy_quantile: Probability | None = None
     # Memory (issue 17). Row counts refer to the B*G rows of a rollout; each must divide them
     # (0 = all rows at once), and on a mesh be a multiple of its batch shards (data x fsdp).
-    rollout_micro_batch: int = 0  # rows per sampler call (one compiled program for all chunks)
-    logprob_micro_batch: int = 0  # rows per call of the reference / TIS log-prob recomputation
+    rollout_micro_batch: NonNegativeInt = 0  # rows per sampler call (one program for all)
+    logprob_micro_batch: NonNegativeInt = 0  # rows per reference / TIS log-prob call
     # Rows per gradient micro-batch (gradients accumulated, core.train.make_train_step): the
     # same update for every loss_type, except that the batch quantiles (high_entropy_quantile,
     # SIREN's peak-entropy quantile) and SIREN's squared penalty are taken per micro-batch.
-    train_micro_batch: int = 0
-    logprob_chunk: int = 0  # positions per chunk of the output projection (0 = full logits)
+    train_micro_batch: NonNegativeInt = 0
+    logprob_chunk: NonNegativeInt = 0  # positions per output-projection chunk (0: full)
     # Rollout compute dtype ("float32" | "bfloat16"; None = the model's): the sampler runs a copy
     # of the model in this dtype on the same params, the update keeps the model's dtype.
     sampler_dtype: str | None = None
@@ -208,11 +214,11 @@ class GRPOConfig:
     # recomputed by the trainer's model and each token's pg term is weighted by
     # min(exp(logp_train_old - logp_sampler), tis_cap) (losses.policy.tis_weight).
     tis: bool = False
-    tis_cap: float = 2.0
+    tis_cap: Positive = 2.0
     # Reward-hacking guard: with a task that labels its completions (Verdicts.outcomes, e.g. the
     # predicted class), a step whose label entropy over the batch (bits) falls below this is
     # logged as collapse=1 with a warning (0 = off; rewards.composite.collapse_report sums them).
-    collapse_entropy: float = 0.0
+    collapse_entropy: NonNegative = 0.0
     # Rollout engine (issue 18), a drop-in `Sampler` with the same per-sequence keys:
     #   "static"       KVCacheSampler: every row of the rollout decoded at once;
     #   "continuous"   ContinuousSampler: `slots` KV-cache rows; refill "continuous" (a finished
@@ -224,26 +230,23 @@ class GRPOConfig:
     #                  the drafter is distilled from the policy on each rollout (drafter_steps
     #                  KD steps at drafter_lr, 0 = frozen; reward-weighted with drafter_reward_tau).
     sampler: str = "static"
-    slots: int = 0
+    slots: NonNegativeInt = 0
     refill: str = "continuous"
     schedule: str = "sjf"
-    draft_k: int | None = None
-    drafter_layers: int = 1
-    drafter_d_model: int = 64
-    drafter_lr: float = 1e-3
-    drafter_steps: int = 1
-    drafter_reward_tau: float | None = None
+    draft_k: Count | None = None
+    drafter_layers: Count = 1
+    drafter_d_model: Count = 64
+    drafter_lr: NonNegative = 1e-3
+    drafter_steps: NonNegativeInt = 1
+    drafter_reward_tau: Positive | None = None
 
     def __post_init__(self):
-        _check_positive(self, "prompts_per_step", "max_new_tokens", "mu", "temperature",
-                        "tis_cap", "max_draws")
+        check_fields(self, "grpo.")  # the Ranges declared above
         if self.advantage_sign not in (1, -1):
             raise ValueError(f"grpo.advantage_sign must be 1 or -1, got {self.advantage_sign}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"grpo.lr_schedule must be one of {list(LR_SCHEDULES)}, got "
                              f"{self.lr_schedule!r}")
-        _check_nonnegative(self, "grpo", "rollout_micro_batch", "logprob_micro_batch",
-                           "train_micro_batch", "logprob_chunk", "collapse_entropy")
         _check_divides(self, "grpo", self.prompts_per_step * self.group_size,
                        "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch")
         if self.sampler_dtype not in (None, "float32", "bfloat16"):
@@ -258,15 +261,6 @@ class GRPOConfig:
         if self.logprob_chunk and self.entropy_reg not in PER_TOKEN_REGULARIZERS:
             raise ValueError(f"grpo.entropy_reg={self.entropy_reg!r} needs the full logits: set "
                              f"grpo.logprob_chunk=0 (chunked: {', '.join(PER_TOKEN_REGULARIZERS)})")
-        for name in ("siren_quantile", "high_entropy_quantile"):
-            q = getattr(self, name)
-            if q is not None and not 0.0 <= q <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {q}")
-        if not 0.0 < self.siren_top_p <= 1.0:
-            raise ValueError(f"siren_top_p must be in (0, 1], got {self.siren_top_p}")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (GRPO compares completions within a "
-                             f"group), got {self.group_size}")
         self._check_sampler()
 
     def _check_sampler(self) -> None:
@@ -389,18 +383,6 @@ def carry_adam_moments(fresh, saved):
     if jax.tree.structure(found[0]) != jax.tree.structure(targets[0]):
         raise ValueError("carry_adam_moments: the two Adam states cover different params")
     return jax.tree.map(lambda x: found[0] if is_adam(x) else x, fresh, is_leaf=is_adam)
-
-
-def _check_positive(config, *names: str) -> None:
-    for name in names:
-        if getattr(config, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
-
-
-def _check_nonnegative(config, section: str, *names: str) -> None:
-    for name in names:
-        if getattr(config, name) < 0:
-            raise ValueError(f"{section}.{name} must be >= 0, got {getattr(config, name)}")
 
 
 def _check_divides(config, section: str, rows: int, *names: str, shards: int = 1) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,15 @@ from jaxrl_suite.algorithms.grpo import (
 )
 from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
-from jaxrl_suite.core.config import ConfigError
+from jaxrl_suite.core.config import (
+    ConfigError,
+    Count,
+    NonNegativeInt,
+    Positive,
+    Range,
+    Seed,
+    check_fields,
+)
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
 from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh
@@ -75,23 +83,26 @@ _PLACES = ("units", "tens", "hundreds", "thousands")  # LMStudy.answer_loss's pl
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
     name: str = "arithmetic"  # a registered text task (jaxrl_suite.envs.text.TASKS), e.g. gsm8k
-    prompt_len: int = 16  # prompts are left-padded to this many tokens
-    seed: int = 0  # the task generator's / dataset order's seed (train and test are disjoint)
-    digits: int | None = None  # arithmetic: operand digits
+    prompt_len: Count = 16  # prompts are left-padded to this many tokens
+    seed: Seed = 0  # the task generator's / dataset order's seed (train and test are disjoint)
+    digits: Count | None = None  # arithmetic: operand digits
     digit_order: str | None = None  # arithmetic: answer digits "msb" (most significant first, the
     # task's default) or "lsb" (least significant first, in the order the carries run)
-    num_numbers: int | None = None  # countdown: numbers in the prompt
-    max_number: int | None = None  # countdown: numbers are drawn from 1..max_number
-    max_target: int | None = None  # countdown: targets lie in 1..max_target
+    num_numbers: Count | None = None  # countdown: numbers in the prompt
+    max_number: Count | None = None  # countdown: numbers are drawn from 1..max_number
+    max_target: Count | None = None  # countdown: targets lie in 1..max_target
     graded: bool | None = None  # countdown: partial credit for a valid expression that misses
-    num_items: int | None = None  # sort: numbers per list
-    max_value: int | None = None  # sort: numbers lie in 0..max_value
-    max_count: int | None = None  # count: answers hold 1..max_count numbers
-    max_start: int | None = None  # count: counts start in 10..10+max_start-1
-    level: int | None = None  # code: 1 (one-line integer functions) .. 3 (four-line loops)
+    num_items: Count | None = None  # sort: numbers per list
+    max_value: NonNegativeInt | None = None  # sort: numbers lie in 0..max_value
+    max_count: Count | None = None  # count: answers hold 1..max_count numbers
+    max_start: Count | None = None  # count: counts start in 10..10+max_start-1
+    level: Count | None = None  # code: 1 (one-line integer functions) .. 3 (four-line loops)
     data_dir: str | None = None  # TFDS tasks (gsm8k, ag_news, imdb, trivia_qa, nq_open): data dir
     path: str | None = None  # jsonl: the local file of {"prompt": ..., "answer": ...} lines
     test_path: str | None = None  # jsonl: a held-out file (default: a hash split of `path`)
+
+    def __post_init__(self):
+        check_fields(self, "task.")  # the Ranges declared above
 
     def build(self) -> Task:
         """The task `name` with the options of this section that are set (one-line errors)."""
@@ -122,42 +133,37 @@ class TaskConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    num_examples: int = 256  # held-out prompts for greedy accuracy
-    batch_size: int = 128  # rows per evaluation batch
-    every: int = 0  # also evaluate every this many training steps (0 = only at the end)
-    samples: int = 0  # n sampled completions per prompt for pass@k / maj@k (0 = greedy only)
-    ks: tuple[int, ...] = (1,)  # k of pass@k and maj@k (each <= samples)
-    temperature: float = 1.0  # sampling temperature of the sampled evaluation
-    sampled_examples: int | None = None  # prompts of the sampled evaluation (None = all)
+    num_examples: Count = 256  # held-out prompts for greedy accuracy
+    batch_size: Count = 128  # rows per evaluation batch
+    every: NonNegativeInt = 0  # also evaluate every this many training steps (0: at the end)
+    samples: NonNegativeInt = 0  # sampled completions per prompt, pass@k / maj@k (0: greedy only)
+    ks: tuple[Count, ...] = (1,)  # k of pass@k and maj@k (each <= samples)
+    temperature: Positive = 1.0  # sampling temperature of the sampled evaluation
+    sampled_examples: Count | None = None  # prompts of the sampled evaluation (None = all)
 
     def __post_init__(self):
+        check_fields(self, "eval.")  # the Ranges declared above
         if self.samples and not (self.ks and all(1 <= k <= self.samples for k in self.ks)):
             raise ValueError(f"eval.ks={list(self.ks)} must lie in 1..eval.samples={self.samples}")
-        if self.temperature <= 0:
-            raise ValueError(f"eval.temperature must be positive, got {self.temperature}")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = (0,)  # one run per seed of each variant; a shared start (e.g. the
+    seeds: tuple[Seed, ...] = (0,)  # one run per seed of each variant; a shared start (e.g. the
     # SFT checkpoint every variant starts from) is seeded with the first
     tokenizer: str = "byt5"  # "byt5" (bytes, no files), "bpe:N" (a byte-level BPE of N ids
     # trained on `task.texts()`, `tokenizer.train_bpe`) or a local HF tokenizer dir
     # (model.hf_path brings its own tokenizer, which replaces this one)
-    num_devices: int | None = None  # devices in the mesh (None = all, across hosts)
+    num_devices: Count | None = None  # devices in the mesh (None = all, across hosts)
     mesh: MeshConfig = MeshConfig()  # axis sizes {data, fsdp, tensor}; -1 = the rest
-    checkpoint_every: int = 50  # save every this many steps of each stage
-    keep_checkpoints: int = 2  # keep the last this many checkpoints per stage (>= 2: a step
-    # that does not read falls back to the one before it, `core.checkpoint`)
+    checkpoint_every: Count = 50  # save every this many steps of each stage
+    # keep the last this many checkpoints per stage (>= 2: a step that does not read falls back
+    # to the one before it, `core.checkpoint`)
+    keep_checkpoints: Annotated[int, Range(ge=2)] = 2
 
     def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
         check_seeds(self.seeds)
-        if self.keep_checkpoints < 2:
-            raise ValueError(f"run.keep_checkpoints must be >= 2 (a checkpoint that does not "
-                             f"read falls back to the one before it), got "
-                             f"{self.keep_checkpoints}")
-        if self.checkpoint_every < 1:
-            raise ValueError(f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +348,13 @@ class LMStudy(Study):
     def grpo_key(self, seed: int) -> jax.Array:
         """A run's RL key when every run starts from the shared start (of the first seed)."""
         return jax.random.fold_in(lm_keys(self.start_seed).grpo, seed)
+
+    @property
+    def sampled_key(self) -> jax.Array:
+        """The fixed key of the held-out evaluations that draw one sample per prompt at the
+        training temperature: `sampled_accuracy`'s, and a study's own (e.g. sampled decisions
+        or self-iteration steps through `LMTrainer.sampled_completions`)."""
+        return jax.random.PRNGKey(self.start_seed + 2)
 
     # ---- trainers on the shared model ----
     def sft_trainer(self, task: Task | None = None) -> SFTTrainer:
@@ -554,11 +567,19 @@ class LMStudy(Study):
         if "pass@1" in out and e.temperature == self.cfg.grpo.temperature:
             out["sampled_accuracy"] = out["pass@1"]  # those samples already give it
         else:
-            out["sampled_accuracy"] = trainer.evaluate_sampled(
-                params, examples[: e.sampled_examples], n=1, ks=(1,),
-                temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
-                rng=jax.random.PRNGKey(self.start_seed + 2))["pass@1"]
+            out["sampled_accuracy"] = self.sampled_accuracy(trainer, params, examples)
         return out
+
+    def sampled_accuracy(self, trainer, params, examples=None) -> float:
+        """pass@1 of one sample per prompt at the training temperature (grpo.temperature) on
+        the first eval.sampled_examples of `examples` (default the held-out prompts), in
+        eval.batch_size batches (the greedy evaluation's shape) with `sampled_key`."""
+        e = self.cfg.eval
+        examples = self.held_out if examples is None else examples
+        return trainer.evaluate_sampled(
+            params, examples[: e.sampled_examples], n=1, ks=(1,),
+            temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
+            rng=self.sampled_key)["pass@1"]
 
 
     @staticmethod

@@ -32,11 +32,10 @@ import numpy as np
 from jaxrl_suite.algorithms.grpo import (
     LMTrainer,
     SeqBatch,
-    _check_nonnegative,
-    _check_positive,
     completion_logits,
     completion_token_map,
 )
+from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.parallel import batch_shards, jit_on_mesh, process_rows, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
@@ -67,24 +66,23 @@ PREFERENCE_LOSSES.register("orpo", PairLoss(
 @dataclasses.dataclass(frozen=True)
 class PreferenceConfig:
     loss: str = "dpo"  # by name in PREFERENCE_LOSSES: "dpo" (needs ref_params) or "orpo"
-    beta: float = 0.1  # DPO's KL strength beta (the paper's and TRL's 0.1)
-    lam: float = 0.1  # ORPO's odds-ratio weight lambda (TRL's default)
-    lr: float = 1e-5  # AdamW learning rate, constant after warm-up (DPO paper: 1e-6 at 7B)
-    batch_size: int = 16  # pairs per update (2 x batch_size rows)
-    steps: int = 100  # updates
-    warmup_steps: int = 0  # linear warm-up steps
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # global-norm gradient clipping
+    beta: Positive = 0.1  # DPO's KL strength beta (the paper's and TRL's 0.1)
+    lam: Positive = 0.1  # ORPO's odds-ratio weight lambda (TRL's default)
+    lr: Positive = 1e-5  # AdamW learning rate, constant after warm-up (DPO paper: 1e-6 at 7B)
+    batch_size: Count = 16  # pairs per update (2 x batch_size rows)
+    steps: Count = 100  # updates
+    warmup_steps: NonNegativeInt = 0  # linear warm-up steps
+    weight_decay: NonNegative = 0.0  # AdamW weight decay
+    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
     # Positions per chunk of the output projection (0 = the full [2B, N, V] logits; see
     # losses/chunked.py), as SFTConfig.logprob_chunk.
-    logprob_chunk: int = 0
+    logprob_chunk: NonNegativeInt = 0
 
     def __post_init__(self):
+        check_fields(self, "preference.")  # the Ranges declared above
         if self.loss not in PREFERENCE_LOSSES:
             raise ValueError(f"preference.loss must be one of {PREFERENCE_LOSSES.names()}, "
                              f"got {self.loss!r}")
-        _check_positive(self, "beta", "lam", "lr", "batch_size", "steps", "max_grad_norm")
-        _check_nonnegative(self, "preference", "warmup_steps", "weight_decay", "logprob_chunk")
 
 
 class PreferencePair(NamedTuple):

@@ -14,11 +14,12 @@ mapping of the same shape that is applied on top when `smoke=True` (the tiny siz
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 import yaml
 
@@ -31,8 +32,88 @@ class ConfigError(ValueError):
     """A bad config: unknown key, wrong type or unreadable file. The message is one line."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The allowed values of a numeric config field, declared in its annotation beside it:
+    `lr: Annotated[float, Range(gt=0)] = 1e-4`, or one of the aliases below (`Positive`, ...).
+    The loader (`from_dict`) and `check_fields` (a config's `__post_init__`) enforce it; every
+    float field must also be finite, ranged or not."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def __str__(self) -> str:
+        low = f"> {self.gt:g}" if self.gt is not None else (
+            f">= {self.ge:g}" if self.ge is not None else "")
+        high = f"< {self.hi:g}" if self.lt is not None else (
+            f"<= {self.le:g}" if self.le is not None else "")
+        if low and high:
+            return f"in {'(' if self.gt is not None else '['}{self.lo:g}, {self.hi:g}" + (
+                ")" if self.lt is not None else "]")
+        return low or high
+
+    @property
+    def lo(self):
+        return self.gt if self.gt is not None else self.ge
+
+    @property
+    def hi(self):
+        return self.lt if self.lt is not None else self.le
+
+    def contains(self, x) -> bool:
+        return not ((self.gt is not None and not x > self.gt)
+                    or (self.ge is not None and not x >= self.ge)
+                    or (self.lt is not None and not x < self.lt)
+                    or (self.le is not None and not x <= self.le))
+
+
+Positive = Annotated[float, Range(gt=0)]
+NonNegative = Annotated[float, Range(ge=0)]
+Probability = Annotated[float, Range(ge=0, le=1)]
+UnitInterval = Annotated[float, Range(gt=0, le=1)]  # (0, 1]: a nucleus mass, a target accuracy
+Count = Annotated[int, Range(ge=1)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+Seed = Annotated[int, Range(ge=0, lt=2**32)]
+
+
+def _check_value(value: Any, tp: Any, name: str) -> None:
+    """`value` (already of type `tp`'s base type) is finite if a float and in `tp`'s Ranges."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config field '{name}' must be finite, got {value}")
+    if typing.get_origin(tp) is Annotated and value is not None:
+        for rule in typing.get_args(tp)[1:]:
+            if isinstance(rule, Range) and not rule.contains(value):
+                raise ConfigError(f"config field '{name}' must be {rule}, got {value!r}")
+
+
+def check_fields(cfg, section: str = "") -> None:
+    """Enforce the declared Ranges (and finiteness) of `cfg`'s own fields, for a config built in
+    Python rather than by the loader; call it first in `__post_init__`. Tuples are checked item
+    by item; nested dataclasses check themselves."""
+    hints = typing.get_type_hints(type(cfg), include_extras=True)
+    for f in dataclasses.fields(cfg):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        name = f"{section}{f.name}"
+        for arg in _union_args(tp):
+            if typing.get_origin(arg) in (tuple, list) and isinstance(value, tuple | list):
+                item = (typing.get_args(arg) or (Any,))[0]
+                for i, v in enumerate(value):
+                    _check_value(v, item, f"{name}[{i}]")
+            elif not isinstance(value, tuple | list | dict) and not dataclasses.is_dataclass(value):
+                _check_value(value, arg, name)
+
+
+def _union_args(tp) -> tuple:
+    """The members of a union (Optional) annotation, else (tp,); None's type left out."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return tuple(a for a in typing.get_args(tp) if a is not type(None))
+    return (tp,)
+
+
 def _field_types(cls) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
@@ -43,17 +124,21 @@ def _type_name(tp) -> str:
 def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Check `value` against type `tp` and return it (ints are accepted for float fields)."""
     origin = typing.get_origin(tp)
+    if origin is Annotated:  # a base type with its Range(s)
+        value = _coerce(value, typing.get_args(tp)[0], name)
+        _check_value(value, tp, name)
+        return value
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        for arg in args:
-            if arg is type(None):
-                continue
+        members = _union_args(tp)
+        for arg in members:
             try:
                 return _coerce(value, arg, name)
             except ConfigError:
-                pass
+                if len(members) == 1:  # X | None: X's own message (its range, say)
+                    raise
         raise ConfigError(f"config field '{name}' expects {_type_name(tp)}, got {value!r}")
     if origin is Literal:
         options = typing.get_args(tp)
@@ -82,6 +167,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             return float(value)  # YAML 1.1 reads "1e-5" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"config field '{name}' expects float, got {value!r}")
+        _check_value(float(value), tp, name)  # finite
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -191,11 +277,13 @@ def parse_override(text: str) -> dict:
 
 
 def _looks_like_float(raw: str) -> bool:
+    """Whether a YAML string is a float literal ("1e-5"; "nan" and "inf" too, which the float
+    field's finiteness check then refuses by name)."""
     try:
         float(raw)
     except ValueError:
         return False
-    return raw.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+    return True
 
 
 def read_yaml(path: str | Path) -> dict:

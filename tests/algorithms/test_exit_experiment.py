@@ -22,9 +22,12 @@ def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert set(summary["variants"]) == {"grpo", "naive", "exit"}
     assert len(summary["sft_scores"]) == 3  # eval.steps in the smoke config
+    assert 0.0 <= summary["sft_sampled_score"] <= 1.0  # step 1, one sample at grpo.temperature
     for v, s in summary["variants"].items():
         per_seed = np.array(s["scores"]["per_seed"])
         assert per_seed.shape == (2, 3) and ((0 <= per_seed) & (per_seed <= 1)).all()
+        sampled = np.array(s["sampled_score"]["per_seed"])
+        assert sampled.shape == (2,) and ((0 <= sampled) & (sampled <= 1)).all()
         np.testing.assert_allclose(s["scores"]["mean"], per_seed.mean(0))
         assert summary["claim"][v]["gain_total"] == pytest.approx(
             s["scores"]["mean"][-1] - s["scores"]["mean"][0])
@@ -36,7 +39,9 @@ def test_smoke_writes_scores_by_step_compute_and_plot(smoke_run):
     np.testing.assert_allclose(lines["SFT (start)"], summary["sft_scores"])
     for v, s in summary["variants"].items():
         np.testing.assert_allclose(lines[v], s["scores"]["mean"])
-    assert "| exit |" in (smoke_run / "table.md").read_text()
+    table = (smoke_run / "table.md").read_text()
+    assert "| exit |" in table
+    assert table.startswith("| model | score @ 1 | sampled score @ 1 | score @ 3 | training")
     records = [json.loads(x) for x in (smoke_run / "runs/exit_s0/metrics.jsonl").read_text()
                .splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
@@ -54,6 +59,7 @@ def test_resume_reruns_only_the_missing_run(smoke_run, capsys):
     after = json.loads((smoke_run / "runs/exit_s1/result.json").read_text())
     # restored from its final checkpoint (train state and buffer): the same evaluation
     assert after["scores"] == before["scores"]
+    assert after["sampled_score"] == before["sampled_score"]  # a fixed key: deterministic
 
 
 @pytest.mark.parametrize("override, message", [

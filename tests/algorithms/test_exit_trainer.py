@@ -161,3 +161,35 @@ def test_evaluate_iterations_with_the_model_builds_each_prompt_from_its_last_ans
     want = [np.mean([grpo.task.score(x, e) for x, e in zip(texts, examples, strict=True)])
             for texts in (first, second)]
     np.testing.assert_allclose(scores, want)
+
+
+def test_evaluate_iterations_sampled_draws_each_step_at_the_temperature(setup, monkeypatch):
+    """With a temperature, each step samples one completion per example (`sampled_completions`
+    at that temperature, step t keyed fold_in(rng, t)), fed back like the greedy steps."""
+    _, params, grpo = setup
+    task = grpo.task
+    examples = task.examples("test", 0, 3)
+    right = [task.solution(e) for e in examples]
+    scripted = [[right[0], "no tags", "<answer>9 9 9</answer>"], [right[0], right[1], "no tags"]]
+    calls = []
+
+    def fake_sampled(p, prompts, *, batch_size, rng, temperature):
+        assert p is params and batch_size == 4
+        calls.append(([e.prompt for e in prompts], np.asarray(rng), temperature))
+        texts = scripted[len(calls) - 1]
+        return texts, np.array([len(t) for t in texts])
+
+    monkeypatch.setattr(grpo, "sampled_completions", fake_sampled)
+    monkeypatch.setattr(grpo, "greedy_completions", lambda *a, **k: pytest.fail("greedy"))
+    key = jax.random.PRNGKey(7)
+    scores = evaluate_iterations(grpo, params, examples, steps=2, batch_size=4,
+                                 temperature=0.7, rng=key)
+    assert [c[2] for c in calls] == [0.7, 0.7]
+    for t, (_, rng, _) in enumerate(calls):
+        np.testing.assert_array_equal(rng, np.asarray(jax.random.fold_in(key, t)))
+    assert calls[0][0] == [e.prompt for e in examples] and "score 1.00" in calls[1][0][0]
+    want = [np.mean([task.score(x, e) for x, e in zip(step, examples, strict=True)])
+            for step in scripted]
+    np.testing.assert_allclose(scores, want, rtol=1e-6)
+    with pytest.raises(ValueError, match="temperature and rng together"):
+        evaluate_iterations(grpo, params, examples, steps=1, batch_size=4, temperature=0.7)

@@ -46,6 +46,13 @@ def test_table_and_results(smoke):
         assert r["gain"] == pytest.approx(r["rl_accuracy"] - r["sft_accuracy"])
         for k in ("sft_accuracy", "rl_accuracy", "rl_uncertain", "rl_invalid"):
             assert 0.0 <= stats[v][k]["mean"] <= 1.0 and stats[v][k]["per_seed"] == [r[k]]
+        # beside each greedy accuracy, pass@1 sampled at the training temperature; "ppl"
+        # decodes by perplexity and samples nothing
+        for k in ("sft_sampled_accuracy", "rl_sampled_accuracy"):
+            if v == "ppl":
+                assert k not in r and k not in stats[v]
+            else:
+                assert 0.0 <= r[k] <= 1.0 and stats[v][k]["per_seed"] == [r[k]]
     # "ppl" trains nothing: it decodes base's checkpoints, and always names a label
     assert not (out / "checkpoints" / "ppl_s0").exists()
     assert (out / "checkpoints" / "base_s0" / "grpo").is_dir()
@@ -57,8 +64,10 @@ def test_table_and_results(smoke):
     kw = summary["keyword_baseline_accuracy"]
     assert 0.0 <= kw <= 1.0
     table = (out / "table.md").read_text().splitlines()
-    assert table[0].startswith("| strategy | SFT | SFT+RL | RL gain |")
+    assert table[0].startswith("| strategy | SFT | SFT sampled | SFT+RL | SFT+RL sampled | "
+                               "RL gain |")
     assert table[2].startswith(f"| keyword matcher | {kw:.3f} | - |")
+    assert table[3 + NAMES.index("ppl")].split(" | ")[2] == "-"  # ppl: no sampled accuracy
     assert [row.split(" | ")[0] for row in table[3:]] == [f"| {v}" for v in NAMES]
 
 

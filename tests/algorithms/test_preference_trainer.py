@@ -145,7 +145,7 @@ def test_bad_configs_are_one_line_errors(setup):
     with pytest.raises(ValueError, match=r"^preference.loss='dpo' needs reference params"):
         PreferenceTrainer(model, tok, task, PreferenceConfig(), mesh=make_mesh(1),
                           prompt_len=P, max_new_tokens=N)
-    with pytest.raises(ValueError, match="beta must be positive"):
+    with pytest.raises(ValueError, match="'preference.beta' must be > 0, got 0.0"):
         PreferenceConfig(beta=0.0)
     for make in (lambda: PreferenceConfig(loss="ipo"), lambda: PreferenceConfig(beta=-1.0)):
         with pytest.raises(ValueError) as err:

@@ -55,6 +55,15 @@ def test_smoke_run_writes_results(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["variants"]) == list(VARIANTS)
+    # held-out: greedy accuracy and pass@1 sampled at the training temperature, start and runs
+    for stats in (summary["sft"], *summary["variants"].values()):
+        for k in ("greedy_accuracy", "sampled_accuracy"):
+            value = stats[k]["mean"] if isinstance(stats[k], dict) else stats[k]
+            assert 0.0 <= value <= 1.0, k
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[0].startswith("| model | greedy_accuracy | sampled_accuracy |")
+    assert [row.split(" | ")[0] for row in table[2:]] == [
+        "| SFT (start)", *(f"| {v}" for v in VARIANTS)]
     claims = summary["claims"]
     for seed in (0,):
         static = _records(tmp_path, f"static_s{seed}")

@@ -31,7 +31,9 @@ def test_summary_table_and_figures(smoke):
     assert list(summary["variants"]) == RUNS
     for stats in summary["variants"].values():
         assert set(stats) == {*METRICS, "wall_time_s"}
-        assert 0.0 <= stats["success"]["mean"] <= 1.0 and len(stats["success"]["per_seed"]) == 1
+        for k in ("success", "sampled_success"):  # greedy, and one episode sampled at grpo T
+            assert 0.0 <= stats[k]["mean"] <= 1.0 and len(stats[k]["per_seed"]) == 1
+    assert 0.0 <= summary["sft"]["sampled_success"] <= 1.0
     # naive RAG: one generator accuracy per training and held-out question
     naive = json.loads((out / "naive_rag.json").read_text())
     facts = Config().facts.__class__(**cfg["facts"])
@@ -45,6 +47,7 @@ def test_summary_table_and_figures(smoke):
     assert summary["sft"]["demo_reward_queries"] > 0
     assert 0.0 <= summary["generator"]["gold_context_accuracy"] <= 1.0
     table = (out / "table.md").read_text().splitlines()
+    assert table[0].startswith("| model | accuracy | sampled accuracy | gain over RAG |")
     assert [row.split("|")[1].strip() for row in table[2:]] == ["naive RAG", "SFT searcher",
                                                                 *RUNS]
     (ax,) = figs["accuracy.png"]["axes"]

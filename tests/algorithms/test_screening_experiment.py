@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.resume_screening import METRICS, VARIANTS, Config, variant_task
+from experiments.resume_screening import (
+    METRICS,
+    SAMPLED,
+    VARIANTS,
+    Config,
+    evaluate_decisions,
+    variant_task,
+)
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
@@ -44,18 +51,24 @@ def test_summary_table_and_metrics(smoke):
     out, summary, _ = smoke
     table = summary["table"]
     assert list(table) == ["keyword ATS", "SFT", *VARIANTS]
-    for row in table.values():
-        for k in METRICS:
+    # beside the greedy figures, those of decisions sampled at the training temperature (SFT
+    # and GRPO; the keyword ATS samples nothing)
+    assert not set(SAMPLED) & set(table["keyword ATS"])
+    for name, row in table.items():
+        for k in (*METRICS, *(SAMPLED if name != "keyword ATS" else ())):
             value = row[k]["mean"] if isinstance(row[k], dict) else row[k]
             assert 0.0 <= value <= 1.0, (row, k)
     for v in VARIANTS:
-        for k in METRICS:
+        for k in (*METRICS, *SAMPLED):
             assert len(summary["variants"][v][k]["per_seed"]) == len(SEEDS)
     # the ATS threshold is fitted on training pairs only (the smoke config's 200)
     ats = KeywordATS.fit(ScreeningTask().examples("train", 0, 200))
     assert summary["ats"]["threshold"] == ats.threshold
     lines = (out / "table.md").read_text().splitlines()
+    assert lines[0] == ("| model | accuracy | sampled_accuracy | precision | recall | f1 | "
+                        "sampled_f1 | selected_rate | invalid_rate |")
     assert lines[2].startswith("| keyword ATS |") and lines[3].startswith("| SFT |")
+    assert lines[2].split(" | ")[2] == "-"  # the keyword ATS samples nothing
     assert len(lines) == 4 + len(VARIANTS)
 
 
@@ -154,3 +167,24 @@ def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_sampled_decisions_come_from_one_sample_per_pair_at_the_temperature():
+    """`evaluate_decisions` with a temperature scores the trainer's sampled completions (at that
+    temperature, with that key) by the same metrics as the greedy ones."""
+    examples = ScreeningTask().examples("test", 0, 4)
+    right = [ScreeningTask().solution(e) for e in examples]
+    wrong = ["no answer"] * 4
+
+    class Scripted:
+        def greedy_completions(self, params, exs, *, batch_size):
+            return wrong, np.ones(len(exs))
+
+        def sampled_completions(self, params, exs, *, batch_size, rng, temperature):
+            assert (batch_size, rng, temperature) == (2, "key", 0.7)
+            return right, np.ones(len(exs))
+
+    greedy = evaluate_decisions(Scripted(), None, examples, 2)
+    sampled = evaluate_decisions(Scripted(), None, examples, 2, temperature=0.7, rng="key")
+    assert greedy["accuracy"] == 0.0 and sampled["accuracy"] == 1.0
+    assert sampled["invalid_rate"] == 0.0 and greedy["invalid_rate"] == 1.0

@@ -42,7 +42,8 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["variants"]) == list(VARIANTS)
     for variant, stats in summary["variants"].items():
-        for key in ("greedy_accuracy", "pass@1", "pass@4", "maj@1", "maj@4", "length"):
+        for key in ("greedy_accuracy", "sampled_accuracy", "pass@1", "pass@4", "maj@1", "maj@4",
+                    "length"):
             assert len(stats[key]["per_seed"]) == 2, (variant, key)
             assert 0.0 <= stats[key]["mean"] <= (1.0 if key != "length" else 28.0)
         assert stats["pass@4"]["mean"] >= stats["pass@1"]["mean"]  # pass@k grows with k
@@ -64,6 +65,8 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
     assert hline and hline[0]["y"][0] == pytest.approx(claims["sft_entropy"])
     table = (tmp_path / "table.md").read_text().splitlines()
     assert len(table) == 3 + len(VARIANTS) and table[2].startswith("| SFT (start) |")
+    assert table[0].startswith("| model | greedy_accuracy | sampled_accuracy | pass@1 |")
+    assert 0.0 <= summary["sft"]["sampled_accuracy"] <= 1.0
 
     # Each variant logs its own metrics; every run has grpo.steps records.
     for variant in VARIANTS:

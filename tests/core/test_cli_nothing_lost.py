@@ -14,6 +14,7 @@ import pytest
 from jaxrl_suite.algorithms.loop import fit
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
 from jaxrl_suite.core.metrics import MetricsLogger
 from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
@@ -71,6 +72,8 @@ def _fit(trainer, directory, logdir):
 def _probe_run(cfg, opts):
     """What a run leaves (beside the config.json the CLI writes): a checkpoint file and
     summary.json."""
+    if cfg.x < 0:  # a check the experiment makes when it starts
+        raise ConfigError("x must be >= 0")
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.interrupt:
         _fit(_Counter(cfg.interrupt, cfg.at), opts.out_dir / "checkpoints" / "probe", opts.out_dir)
@@ -192,3 +195,10 @@ def test_an_unwritable_out_is_one_line(probe_yaml, tmp_path, capsys):
     assert main(["run", NAME, "--out", str(tmp_path / "file" / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is not writable" in err and "file/out" in err
+
+
+def test_a_run_that_stopped_at_a_bad_config_is_simply_started_again(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe), "--set", "x=-1"]) == 2
+    assert "x must be >= 0" in capsys.readouterr().err
+    assert [p.name for p in probe.iterdir()] == ["config.json"]  # no work to keep
+    assert main(["run", NAME, "--out", str(probe)]) == 0
