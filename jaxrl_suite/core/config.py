@@ -292,9 +292,11 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"config file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        first_line = str(e).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML: {first_line}") from None
+    except yaml.YAMLError as e:  # name the place: problem_mark is 0-based
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {where} is not valid YAML: {what}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return data

@@ -77,3 +77,16 @@ def test_config_changes_names_each_differing_leaf():
     assert config_changes(old, new) == {"added": (MISSING, True), "b.c": ([1, 2], [1, 3]),
                                         "gone": (0, MISSING)}
     assert config_changes(new, new) == {}
+
+
+def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
+    from jaxrl_suite.core.config import read_yaml
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo:\n  lr: [1, 2\n  steps: 3\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:3:8 is not valid YAML: expected ','") as e:
+        read_yaml(bad)
+    assert "\n" not in str(e.value)
+    bad.write_text("a: 1\n b: 2\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2:3 is not valid YAML: mapping values"):
+        read_yaml(bad)
