@@ -29,6 +29,7 @@ gsm8k and jsonl included) and a local Hugging Face checkpoint (`model.hf_path`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -279,8 +280,40 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
             params = init_lora(model, params, lm_keys(cfg.run.seeds[0]).init)
     lm = LM(model, params, tokenizer, task, mesh, pretrained=params is not None)
     if params is None:
+        check_memory(model, mesh, lora=lora is not None)  # before anything is allocated
         lm = dataclasses.replace(lm, params=lm.init_params(cfg.run.seeds[0]))
     return lm
+
+
+def _device_memory(mesh) -> tuple[int, str]:
+    """(bytes, where) the mesh's local devices can hold: their `memory_stats()` limits where
+    the backend reports them (GPU, TPU), else the host's available memory (CPU)."""
+    local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    stats = [d.memory_stats() or {} for d in local]
+    if stats and all("bytes_limit" in s for s in stats):
+        return sum(s["bytes_limit"] for s in stats), f"{len(local)} {local[0].platform} device(s)"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"), "the host's free memory"
+
+
+def check_memory(model, mesh, *, lora: bool = False) -> None:
+    """A start-up check, before any compilation: the model's params, a frozen reference copy,
+    gradients and AdamW's two moments (of the trained part: adapters only under LoRA) must fit
+    in the memory `_device_memory` reports, else one ConfigError with the estimate and the
+    knobs that reduce it. Activations are not counted: the estimate is a lower bound."""
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    leaves = jax.tree.leaves(shapes)
+    params = sum(x.size * x.dtype.itemsize for x in leaves)
+    need = params * (2 if lora else 5)  # params + reference (+ gradients and two moments)
+    have, where = _device_memory(mesh)
+    if need > have:
+        n = sum(x.size for x in leaves)
+        raise ConfigError(
+            f"the model has {n / 1e6:,.0f}M params: training needs at least "
+            f"{need / 2**30:,.1f} GiB (params, reference, gradients, AdamW moments), more than "
+            f"the {have / 2**30:,.1f} GiB of {where}; make it smaller (model.d_model, "
+            f"model.n_layers), shard it (run.mesh.fsdp), train in bf16 (model.param_dtype), "
+            f"train adapters only (model.lora_rank) or use micro-batches "
+            f"(grpo.train_micro_batch)")
 
 
 class LMStudy(Study):

@@ -49,3 +49,19 @@ def test_sibling_with_its_own_task_lengths_sft_and_tokenizer(study):
     assert sib.lm.tokenizer.decode(sib.lm.tokenizer.encode(ex.prompt)) == ex.prompt
     # the parent's config.json is not overwritten by the sibling's sections
     assert (study.out_dir / "config.json").read_text() == config_json
+
+
+def test_a_model_too_big_for_memory_is_one_line_before_any_allocation():
+    from jaxrl_suite.algorithms.lm_study import check_memory
+    from jaxrl_suite.core.config import ConfigError
+    from jaxrl_suite.core.parallel import make_mesh
+    from jaxrl_suite.models import CausalLM, LMConfig
+
+    mesh = make_mesh(1)
+    check_memory(CausalLM(LMConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64)),
+                 mesh)  # fits
+    huge = CausalLM(LMConfig(d_model=65536, n_layers=2, n_heads=64, n_kv_heads=64,
+                             d_ff=4 * 65536))
+    with pytest.raises(ConfigError, match=r"params: training needs at least [\d,.]+ GiB") as e:
+        check_memory(huge, mesh)
+    assert "\n" not in str(e.value) and "run.mesh.fsdp" in str(e.value)
