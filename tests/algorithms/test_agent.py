@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from typing import ClassVar
 
 import jax
@@ -224,7 +223,11 @@ def _script(task, n):
     return out
 
 
-def test_pipeline_and_batch_give_the_same_episodes_and_the_pipeline_overlaps():
+def test_pipeline_and_batch_give_the_same_episodes():
+    """Both dispatchers, with the same tool latencies, give the same episodes; the pipeline
+    calls the LM on padded row counts only. That the pipeline is faster (it does not wait for
+    the slowest tool of a batch at each turn) is a timing claim: benchmarks/bench_agent.py
+    measures it, the two alternating in one process."""
     task = AddTask()
     n, conc = 24, 8
     script = _script(task, n)
@@ -232,13 +235,11 @@ def test_pipeline_and_batch_give_the_same_episodes_and_the_pipeline_overlaps():
     examples = task.examples("train", 0, n // 2)
     latency = Latency(0.02, sigma=1.0, seed=3)
     with LocalToolExecutor(conc, kind="thread") as ex:
-        results, times, calls = {}, {}, {}
+        results, calls = {}, {}
         for name, dispatch in (("batch", async_batch), ("pipeline", async_pipeline)):
             runner, sampler = _runner(script, cfg, task)
-            t0 = time.perf_counter()
             eps = dispatch(runner, runner.episodes(examples, 2, 0), ex, concurrency=conc,
                            lm_batch=conc, min_lm_batch=2, latency=latency)
-            times[name] = time.perf_counter() - t0
             results[name], calls[name] = eps, sampler.calls
     for a, b in zip(results["batch"], results["pipeline"], strict=True):
         assert a.uid == b.uid and a.tokens == b.tokens and a.score == b.score
@@ -247,8 +248,6 @@ def test_pipeline_and_batch_give_the_same_episodes_and_the_pipeline_overlaps():
     assert scores == [float(u % 5 != 0) for u in range(n)]
     assert all(r in (2, 4, 8) for r in calls["pipeline"])  # padded shapes only
     assert max(calls["batch"]) == conc
-    # the pipeline does not wait for the slowest tool of a batch at each turn
-    assert times["pipeline"] < times["batch"]
 
 
 def test_pipeline_keeps_at_most_concurrency_episodes_in_flight():

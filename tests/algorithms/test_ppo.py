@@ -1,4 +1,5 @@
-"""PPO: learning smoke test, seeds/grid sweeps, contexts and curricula, evaluation, resume."""
+"""PPO: learning checks (CartPole, Pendulum), seeds/grid sweeps, contexts and curricula,
+evaluation, resume."""
 
 import dataclasses
 
@@ -143,12 +144,28 @@ def test_unknown_context_feature_is_rejected():
         PPO(dataclasses.replace(SMALL, context_features=("wingspan",)))
 
 
-def test_continuous_actions_on_pendulum_train_with_finite_losses():
-    cfg = dataclasses.replace(SMALL, env="Pendulum-v1")
-    runner, metrics = jax.jit(make_train(cfg).train)(jax.random.key(0))
+def test_continuous_actions_on_pendulum_learn():
+    """PPO with a Gaussian policy learns Pendulum-v1 in 307,200 steps (150 iterations of 16 envs
+    x 128 steps, the oppo_offline_pref data settings; ~3 s after a ~7 s compile on 2 CPU cores):
+    the trained policy's mode, evaluated on 16 episodes, beats the initial policy's on the same
+    episodes by more than 500. Measured with these seeds: initial -1334.6, trained -486.0 (the
+    training episodes' return -1160.0 over the first 10 iterations, -477.5 over the last 10)."""
+    cfg = PPOConfig(env="Pendulum-v1", num_envs=16, num_steps=128,
+                    total_timesteps=16 * 128 * 150, lr=1e-3, ent_coef=0.0, update_epochs=10,
+                    num_minibatches=8, eval_episodes=16)
+    train, ppo = make_train(cfg)
+    key = jax.random.key(0)
+    runner, metrics = jax.jit(train)(key)
     assert runner.params["params"]["log_std"].shape == (1,)
     assert np.all(np.isfinite(np.asarray(metrics["policy_loss"])))
-    assert np.all(np.asarray(metrics["episode_return"][~np.isnan(metrics["episode_return"])]) < 0)
+    ret = np.asarray(metrics["episode_return"])  # [150], NaN where no episode ended
+    assert ret.shape == (150,) and np.all(ret[~np.isnan(ret)] < 0)  # Pendulum's rewards are <= 0
+    assert np.nanmean(ret[-10:]) > np.nanmean(ret[:10]) + 400, (ret[:10], ret[-10:])
+    initial = ppo.init(jax.random.split(key)[1], cfg.hparams()).params  # train's own start
+    evaluate = jax.jit(ppo.evaluate)
+    before = float(evaluate(initial, jax.random.key(1))[0])
+    after = float(evaluate(runner.params, jax.random.key(1))[0])
+    assert after > before + 500, (before, after)
 
 
 def test_each_env_in_the_batch_carries_its_own_sampled_context():

@@ -14,7 +14,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     "name, unit",
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
      ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
-     ("bench_rollout", "identical"), ("bench_sandbox", "programs/s"), ("bench_agent", "traj/s")],
+     ("bench_rollout", "identical"), ("bench_sandbox", "programs/s"), ("bench_agent", "traj/s"),
+     ("bench_hostile", "vs ordinary")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
@@ -33,6 +34,11 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     if name == "bench_sandbox":  # the pools agreed with the serial loop on every status
         assert figures["statuses"] == {"error": 2, "failed": 4, "ok": 2}  # syntax error: error
         assert all(r["programs_per_s"] > 0 for r in figures["pools"])
+    if name == "bench_hostile":  # every case ran, each hostile input checked its own result
+        assert [r["case"] for r in figures["cases"]] == [
+            "calculator", "countdown", "composite", "aepo", "tasks", "verifiers", "gui",
+            "facts search"]
+        assert len(figures["cases"][0]["inputs"]) == 19 and figures["checked"] is True
 
 
 def test_bench_scale_smoke(tmp_path):

@@ -1,6 +1,5 @@
 """Tests for the countdown task and its safe expression parser."""
 
-import time
 from fractions import Fraction
 
 import pytest
@@ -120,13 +119,12 @@ def test_nesting_limit():
     assert score("(" * 5000 + "3" + ")" * 5000) == 0.0  # also too long
 
 
-def test_long_garbage_is_rejected_quickly():
-    start = time.perf_counter()
+def test_long_garbage_is_rejected():
+    """Megabyte-long garbage scores 0 (how fast: benchmarks/bench_hostile.py)."""
     long_answer = "<answer>" + "7*" * 500_000 + "</answer>"
     for text in ["(" * 10**6, "1+" * 500_000, long_answer, "x" * 10**6, "<answer>" * 125_000]:
         assert TASK.score(text, EX) == 0.0
         assert TASK.score(f"<answer>{text}</answer>", EX) == 0.0
-    assert time.perf_counter() - start < 1.0
 
 
 def test_graded_partial_credit():

@@ -4,7 +4,6 @@ relation tables, near-duplicate twins, disjoint splits, the span-match score, ho
 the naive-retrieval coverage that leaves the searcher room to gain (s3, arXiv 2505.14146)."""
 
 import re
-import time
 from collections import Counter
 
 import numpy as np
@@ -64,14 +63,12 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 
-def test_registered_deterministic_and_fast():
+def test_registered_and_deterministic():
     assert TASKS.get("facts_qa") is FactsQATask
     assert TaskConfig(name="facts_qa", prompt_len=64).build() == TASK
     assert make_task("facts_qa", seed=3).example("train", 5) == FactsQATask(seed=3).example(
         "train", 5)
-    t0 = time.perf_counter()
-    again = _build.__wrapped__(FactWorld(), 0)  # a real rebuild, not the cache
-    assert time.perf_counter() - t0 < 0.2
+    again = _build.__wrapped__(FactWorld(), 0)  # a real rebuild (its time: bench_hostile.py)
     for field in ("names", "twins", "relations", "fact_passage", "combined", "passages",
                   "questions"):
         assert getattr(again, field) == getattr(WORLD, field), field
@@ -244,9 +241,7 @@ def test_retriever_names_ties_and_hostile_queries():
         assert len(hits) <= 8 and all(isinstance(i, int) for i in hits)
     person = WORLD.names["person"][0]
     long_query = "zzz " * 2500 + person  # 10k characters, the name at the end
-    t0 = time.perf_counter()
-    assert WORLD.passages[r.search(long_query, 1)[0]].startswith(person)
-    assert time.perf_counter() - t0 < 0.5
+    assert WORLD.passages[r.search(long_query, 1)[0]].startswith(person)  # time: bench_hostile
     assert len(r.search(long_query, 8)) <= 8
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="k must be"):

@@ -3,7 +3,6 @@ solutions, prompt lengths, the designed rewards and hostile completions."""
 
 import itertools
 import math
-import time
 
 import numpy as np
 import pytest
@@ -203,9 +202,7 @@ def test_malformed_completions_score_zero_and_never_raise(multi, reward, bad):
     texts = JUNK + [bytes(rng.integers(0, 256, int(rng.integers(0, 60)), dtype=np.uint8)
                           ).decode("latin-1") for _ in range(200)]
     examples = [test[i % len(test)] for i in range(len(texts))]
-    t0 = time.perf_counter()
-    v = task.verify_batch(texts, examples)
-    assert time.perf_counter() - t0 < 2.0
+    v = task.verify_batch(texts, examples)  # its time: benchmarks/bench_hostile.py
     assert v.scores == [0.0] * len(texts) and v.rewards == [bad] * len(texts)
     assert all(task.score(t, e) == 0.0 for t, e in zip(texts, examples, strict=True))
     assert v.components["format"] == [0.0] * len(texts)

@@ -430,6 +430,28 @@ def test_config_validation(kwargs):
         StoryTask(**kwargs)
 
 
-def test_config_edges_are_accepted():
-    StoryTask(characters=8, places=8, items=8, goals=8, novelty=1.0, num_steps=1)
-    StoryTask(characters=1, places=2, items=1, goals=1, novelty=0.0)
+@pytest.mark.parametrize("kwargs", [
+    dict(characters=8, places=8, items=8, goals=8, novelty=1.0, num_steps=1),
+    dict(characters=1, places=2, items=1, goals=1, novelty=0.0),
+])
+def test_config_edges_are_accepted_and_build_worlds_of_that_size(kwargs):
+    """The largest and smallest accepted configs build worlds of exactly those sizes, one goal
+    for each of the first `goals` characters, and coherent solutions of num_steps lines; at
+    novelty 0 the solution is the canonical plot, at novelty 1 a plot of only random coherent
+    steps leaves it somewhere."""
+    task = StoryTask(**kwargs)
+    assert [getattr(task, k) for k in kwargs] == list(kwargs.values())
+    differ = 0
+    for ex in task.examples("train", 0, 20):
+        w = task.world(ex)
+        assert (len(set(w.characters)), len(set(w.places)), len(set(w.items)), len(w.goals)) == (
+            task.characters, task.places, task.items, task.goals)
+        assert [g.who for g in w.goals] == list(w.characters[: task.goals])
+        sol = task.solution(ex)
+        assert len(sol.split("\n")) == task.num_steps
+        assert task.check(sol, ex).contradictions == [[]] * task.num_steps
+        differ += sol != task.canonical_plot(ex)
+    if task.novelty == 0.0:
+        assert differ == 0
+    else:
+        assert differ > 0, "novelty 1: every plot was the canonical one"

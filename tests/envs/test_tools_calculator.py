@@ -3,7 +3,6 @@ input) and the tool_arithmetic task."""
 
 import builtins
 import re
-import time
 
 import numpy as np
 import pytest
@@ -147,10 +146,9 @@ HOSTILE = {
 
 @pytest.mark.parametrize("expr", sorted(HOSTILE))
 def test_hostile_input_is_a_tool_error(expr):
-    start = time.monotonic()
+    # refused before anything big is computed; the time each takes: benchmarks/bench_hostile.py
     with pytest.raises(ToolError, match=re.escape(HOSTILE[expr])):
         calc(expr)
-    assert time.monotonic() - start < 0.5  # nothing big is ever computed
 
 
 def test_never_evaluates_code(monkeypatch):

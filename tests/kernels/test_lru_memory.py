@@ -49,22 +49,41 @@ def test_kernel_equals_reference_and_numpy(case):
     np.testing.assert_allclose(rv, nv, rtol=1e-6, atol=1e-6)
 
 
-def test_gradient_of_kernel_equals_gradient_of_reference():
+def test_gradient_of_kernel_equals_central_finite_differences():
+    """The kernel's backward (`jax.custom_vjp`, built from the reference) against central finite
+    differences of the kernel's own forward, in float64, for every entry of the inputs that have
+    gradients (vec and cand; pos and anchor are integers). The slot choice depends only on pos,
+    so the loss is a quadratic in (vec, cand) and central differences are exact up to rounding.
+    Rows: the first empty slot (the old value is overwritten: no gradient to it), a full row
+    (blend: alpha to cand, 1 - alpha to the old value) and a row with one empty slot."""
+    alpha, eps = 0.9, 1e-4
+    pos = np.array([CASES["partly_full"][0], CASES["full"][0], CASES["partly_full"][2]], np.int32)
     rng = np.random.default_rng(0)
-    vec = jnp.asarray(rng.normal(size=(B, M, D)), jnp.float32)
-    cand = jnp.asarray(rng.normal(size=(B, M, D)), jnp.float32)
-    pos = jnp.array(CASES["partly_full"][:2] + CASES["full"][:1], jnp.int32)
-    w = jnp.asarray(rng.normal(size=(B, M, D)), jnp.float32)
+    vec0, cand0, w = (rng.normal(size=(B, M, D)) for _ in range(3))
+    with jax.enable_x64(True):
+        @jax.jit
+        def loss(v, c):
+            out = lru_memory_update(v, jnp.asarray(pos), c, jnp.int32(20), alpha=alpha)[0]
+            return jnp.sum(jnp.asarray(w) * out**2)
 
-    def loss(fn, v, c):
-        return jnp.sum(w * fn(v, pos, c, jnp.int32(20), alpha=0.9)[0] ** 2)
-
-    gk = jax.grad(lambda v, c: loss(lru_memory_update, v, c), argnums=(0, 1))(vec, cand)
-    gr = jax.grad(lambda v, c: loss(lru_memory_update_reference, v, c), argnums=(0, 1))(vec, cand)
-    for a, b in zip(gk, gr, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    # The blended slot of the full row passes (1 - alpha) of the old value's gradient on.
-    assert float(jnp.abs(gk[0]).sum()) > 0 and float(jnp.abs(gk[1]).sum()) > 0
+        args = (jnp.asarray(vec0, jnp.float64), jnp.asarray(cand0, jnp.float64))
+        grads = [np.asarray(g) for g in jax.grad(loss, argnums=(0, 1))(*args)]
+        for which, (arg, grad) in enumerate(zip(args, grads, strict=True)):
+            assert arg.dtype == grad.dtype == np.float64
+            numeric = np.zeros(arg.shape)
+            for idx in np.ndindex(*arg.shape):
+                step = jnp.zeros(arg.shape, jnp.float64).at[idx].set(eps)
+                plus, minus = list(args), list(args)
+                plus[which], minus[which] = arg + step, arg - step
+                numeric[idx] = (float(loss(*plus)) - float(loss(*minus))) / (2 * eps)
+            np.testing.assert_allclose(grad, numeric, rtol=1e-7, atol=1e-9, err_msg=str(which))
+    # the written slots by hand: row 0 slot 1 (first empty), row 1 slot 1 (pos 2, the oldest),
+    # row 2 slot 3 (first empty); d/dvec is 0 where the old value is overwritten
+    g_vec, g_cand = grads
+    assert np.flatnonzero(np.abs(g_cand).sum(-1).ravel()).tolist() == [1, 5, 11]
+    assert np.all(g_vec[0, 1] == 0) and np.all(g_vec[2, 3] == 0)
+    np.testing.assert_allclose(g_vec[1, 1], 2 * w[1, 1] * (1 - alpha) * (
+        alpha * cand0[1, 1] + (1 - alpha) * vec0[1, 1]), rtol=1e-12)
 
 
 def test_environment_flag_forces_the_reference(monkeypatch):

@@ -2,7 +2,6 @@
 and an independent numpy reference over random point lists and completions."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -125,11 +124,9 @@ JUNK = [
 
 
 @pytest.mark.parametrize("text", JUNK, ids=range(len(JUNK)))
-def test_hostile_input_is_bad_format_fast(text):
-    t0 = time.perf_counter()
-    r = aepo_text_reward(text, BOX)
+def test_hostile_input_is_bad_format(text):
+    r = aepo_text_reward(text, BOX)  # how fast: benchmarks/bench_hostile.py
     assert r.reward == BAD_REWARD and r.format == 0.0 and r.n_points == 0
-    assert time.perf_counter() - t0 < 0.5
 
 
 # ---- an independent numpy reference ----

@@ -1,8 +1,8 @@
 """Model output is hostile input: every verifier and every task's score / feedback / reward, on
-junk, huge and odd-Unicode completions, returns a value in range quickly and never raises."""
+junk, huge and odd-Unicode completions, returns a value in range and never raises (how quickly:
+benchmarks/bench_hostile.py)."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -94,16 +94,13 @@ def _check_task(task, ex, completion):
 
 @pytest.mark.parametrize("task, ex", TASK_EXAMPLES, ids=TASK_IDS)
 def test_tasks_survive_junk(task, ex):
-    for completion in JUNK:
-        start = time.perf_counter()
+    for completion in JUNK:  # how fast: benchmarks/bench_hostile.py
         _check_task(task, ex, completion)
-        assert time.perf_counter() - start < 2.0, completion[:40]
     assert task.score(task.solution(ex), ex) == 1.0  # and still solve their own problem
 
 
 def test_verifiers_survive_junk():
-    for completion in JUNK:
-        start = time.perf_counter()
+    for completion in JUNK:  # how fast: benchmarks/bench_hostile.py
         content = extract_answer(completion)
         assert format_reward(completion) in (0.0, 1.0)
         for verify in VERIFIERS:
@@ -113,7 +110,6 @@ def test_verifiers_survive_junk():
             assert parse_number(text) is None or parse_number(text).is_finite()
             assert parse_numbers(text) is None or all(n >= 0 for n in parse_numbers(text))
             assert isinstance(normalize_answer(text), str)
-        assert time.perf_counter() - start < 2.0, completion[:40]
 
 
 @settings(max_examples=150, deadline=None)

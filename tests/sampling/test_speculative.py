@@ -332,10 +332,50 @@ def test_controller_hand_cases():
     assert ctl.acceptance < 0.1
 
 
-def test_measure_costs_fits_a_line():
-    overhead, per_token = measure_costs(DRAFTER, _drafter_params(), shapes=((1, 1), (8, 3)),
-                                        cache_len=16, repeats=2)
-    assert overhead >= 0 and per_token >= 0 and overhead + per_token > 0
+class _FakeClock:
+    """`time` for speculative.py: perf_counter() returns a scripted clock in which timed call i
+    (a pair of reads, start then end) lasts durations[i] seconds."""
+
+    def __init__(self, durations):
+        self.reads = [t for d in durations for t in (0.0, d)]
+
+    def perf_counter(self):
+        return self.reads.pop(0)
+
+
+def _least_squares(x, y):
+    """(intercept, slope) of the least-squares line, from the closed form."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    return y.mean() - slope * x.mean(), slope
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    # on the line c(B, T) = 2 ms + 0.5 ms * B * T (B * T = 1, 3, 24): worked by hand
+    ([2.5e-3, 3.5e-3, 14.0e-3], (2.0e-3, 0.5e-3)),
+    # off any line: the closed-form least squares, intercept 2.2577 ms, slope 0.49025 ms
+    ([2.5e-3, 4.0e-3, 14.0e-3], _least_squares([1, 3, 24], [2.5e-3, 4.0e-3, 14.0e-3])),
+    # times that fall as B * T grows: slope -0.2967 ms, clipped to 0 (the intercept is not)
+    ([9.0e-3, 8.0e-3, 2.0e-3], (_least_squares([1, 3, 24], [9.0e-3, 8.0e-3, 2.0e-3])[0], 0.0)),
+    # a steep line through intercept -0.4487 ms: the overhead clipped to 0 (the slope is not)
+    ([0.5e-3, 2.0e-3, 20.0e-3], (0.0, _least_squares([1, 3, 24], [0.5e-3, 2.0e-3, 20.0e-3])[1])),
+])
+def test_measure_costs_fits_a_line(monkeypatch, seconds, expected):
+    """measure_costs on scripted timings: the forwards are compiled and run, but the clock is
+    fake, so the fitted (overhead, per_token) must equal the expected line exactly. Per shape,
+    2 timed calls of `inner` forwards, 1 ms per forward apart: the median is `seconds`."""
+    import jaxrl_suite.sampling.speculative as spec_mod
+
+    shapes, inner = ((1, 1), (1, 3), (8, 3)), 4
+    clock = _FakeClock([inner * (t + dt) for t in seconds for dt in (-0.5e-3, 0.5e-3)])
+    monkeypatch.setattr(spec_mod, "time", clock)
+    got = measure_costs(DRAFTER, _drafter_params(), shapes=shapes, cache_len=16, repeats=2,
+                        inner=inner)
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert clock.reads == []  # exactly one start and one end read per timed call
+
+
+def test_measure_costs_rejects_bad_shapes():
     with pytest.raises(ValueError, match="shapes"):
         measure_costs(DRAFTER, _drafter_params(), shapes=((2, 2), (4, 1)))
 
