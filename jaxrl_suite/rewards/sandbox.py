@@ -1,35 +1,75 @@
 """A sandbox for model-written programs: run a program against assert tests, isolated.
 
-Model-written code is hostile input, and the machines that run this suite (CI included) run as
-root, so every limit here is one that binds root's child: the program runs as an unused uid.
+Model-written code is hostile input: it must not read the user's files or the trainer's
+environment (tokens such as HF_TOKEN), reach the network, write outside its working directory,
+signal or trace other processes, or outlive its run.
 
 `run_tests(program, tests)` returns `SandboxResult(passed, total, status, detail)`; the reward of
 a completion is `result.reward` = passed / total when the program ran to the end (status "ok" or
 "failed") and 0.0 otherwise. `SandboxPool(workers).run(programs, tests)` runs batches of them
 concurrently (threads, each waiting on its own sandboxed process).
 
+**Modes** (`SandboxPool.mode`, also `isolation["mode"]`), chosen unless forced (`mode=`, or
+$JAXRL_SANDBOX_MODE):
+  * "root" (the trainer runs as root, e.g. CI): the program runs as an unused uid
+    (1,000,000 + 64 * pid + slot, checked to have no passwd or group entry and to own no
+    process, else the next of + k * 2**28 that is free), with no supplementary groups.
+  * "userns" (not root; the kernel allows unprivileged user namespaces): a user namespace in
+    which the one inside id 1000 maps to the user's uid/gid (setgroups denied), owning the other
+    namespaces. The program runs as inside uid 1000, not 0, so it has no capability at all
+    (CapEff 0), even in its namespaces; outside it is the user, so the mounts hide the user's
+    files. The mount and PID namespaces are required.
+  * "unisolated" (neither): no namespaces; the program runs as the user and can read the user's
+    files and the trainer's /proc/<pid>/environ; only the seccomp filter keeps it off the
+    network and from signalling the user's processes, and the rlimits bound it. `run_tests` and
+    `SandboxPool` refuse this mode with UnisolatedError (one line) unless
+    `allow_unisolated=True`.
+  Forcing "userns" or "unisolated" as root (tests) runs the program as an unused uid that
+  stands for the user (an interpreter the uid cannot reach, e.g. under a 0700 /root, works in
+  "userns" mode only).
+
 **Isolation** (`_sandbox_launcher.py`, Linux). Each program runs in a fresh process tree:
-  * new mount, PID, network, IPC and UTS namespaces, where the kernel allows them (each is
-    tried on its own; `SandboxPool.isolation` says which are in force);
-  * every mount read-only; a fresh tmpfs (file_mb) as the working directory; a private /proc
-    that shows only the sandbox's processes;
+  * new mount, PID, network, IPC and UTS namespaces ("root" and "userns" modes; in "root" mode
+    each is tried on its own; `isolation` says which are in force);
+  * every mount read-only; the home and temporary directories ($HOME, the user's home, /root,
+    /home, /tmp, /var/tmp, /run, /dev/shm, /dev/mqueue, the directory holding the working
+    directories, `hide=`) covered with an empty read-only tmpfs, with only the interpreter's
+    install tree bound back read-only where it lies below one of them; a fresh tmpfs
+    (file_mb, max_files inodes) as the working directory; a private /proc that shows only the
+    sandbox's processes (in "userns" mode an empty /proc where the kernel refuses a new one);
   * an empty environment; `python -I -S -B` (no site-packages, no user paths): the standard
     library only;
-  * as an unprivileged uid/gid, unique to this process and slot, with no supplementary groups
-    and `no_new_privs`; RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC,
-    RLIMIT_STACK and no core files;
-  * no network: the new network namespace has only a down loopback. Where none can be made, a
-    seccomp filter fails socket(2) for AF_INET/AF_INET6/AF_NETLINK/AF_PACKET, if `pyseccomp`
-    is installed (the `sandbox` extra); else the network is NOT isolated and `isolation` says so;
+  * no capabilities, `no_new_privs`, and the uid above; RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE,
+    RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_STACK and no core files;
+  * a seccomp filter, in every mode (built by the launcher on x86_64 and aarch64, else by
+    pyseccomp where installed, the `sandbox` extra; `isolation["seccomp"]` names it): socket(2)
+    and socketpair(2) of every family (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET...),
+    io_uring, kill/tgkill/pidfds, ptrace, bpf, unshare/setns/clone with namespace flags, the
+    mount syscalls and more fail with EPERM (see the launcher);
+  * no network: the new network namespace has only a down loopback, and no socket can be made
+    (seccomp); without a network namespace the filter alone stands;
   * a wall-clock timeout that kills the namespace's init, which takes every process in the
-    namespace with it (a double-forked daemon included); without a PID namespace, every process
-    of the sandbox uid is killed instead;
+    namespace with it (a double-forked daemon included); without a PID namespace, the launcher
+    (a child subreaper) kills every descendant left, and as root every process of the uid;
   * stdout and stderr captured and cut at `output_bytes`: a program that writes more is killed
-    (status "output_limit").
+    (status "output_limit"); more than `max_files` files and directories in the working
+    directory is status "file_limit" (the tmpfs has no inode for the next one; without a mount
+    namespace a count every 20 ms kills the program).
   An audit hook inside the sandbox (`_sandbox_harness.py`) also stops, and names, process
-  creation, signals, sockets, ctypes and writes outside the working directory (status
-  "forbidden"). It is a second layer that reports what was tried; the kernel's limits above are
-  the boundary, and the tests check them with the hook switched off too.
+  creation, signals, sockets, ctypes, subinterpreters, gc introspection and writes outside the
+  working directory (status "forbidden"). Its state is a closure the program cannot reach (no
+  flag in the harness's globals). It is a second layer that reports what was tried; the
+  kernel's limits above are the boundary, and the tests check them with the hook (and the
+  seccomp filter) switched off too.
+
+**Limits of the isolation.** In "userns" mode the program is the user outside: files outside the
+covered directories that the user can read (a project directory outside $HOME, /etc, /opt...)
+stay readable, read-only (cover more with `hide=`); unprivileged code cannot drop the user's
+supplementary groups (they show as 65534 inside), so files readable by those groups stay
+readable; Unix sockets the user or its groups may connect to (a Docker socket...) are out of
+reach because no socket can be made (seccomp) and, under /run and the covered directories,
+because they are hidden; with seccomp=False a socket file elsewhere would be reachable.
+"unisolated" isolates nothing but what the filter and the rlimits do.
 
 **The harness cannot be fooled.** `tests` is parsed here (with `ast`, never evaluated here):
 each line is an assert. For `assert <expr> == <literal>` (either side) only the expression
@@ -48,14 +88,17 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import grp
 import importlib.util
 import json
 import marshal
 import math
 import os
+import pwd
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -65,12 +108,22 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-STATUSES = ("ok", "failed", "timeout", "memory", "output_limit", "forbidden", "error")
+STATUSES = ("ok", "failed", "timeout", "memory", "output_limit", "file_limit", "forbidden",
+            "error")
 NAMESPACES = ("mount", "pid", "network", "ipc", "uts")
+MODES = ("root", "userns", "unisolated")
+MODE_ENV = "JAXRL_SANDBOX_MODE"  # forces the mode of pools made without `mode=` (tests, CI)
 MAX_PROGRAM_BYTES = 64 * 1024
 STARTUP_S = 1.0  # added to timeout_s for the wall clock: two interpreter starts on a busy machine
 _UID_BASE = 1_000_000  # sandbox uid = _UID_BASE + 64 * pid + slot: unused, and unique per process
 _SLOTS_PER_PROCESS = 64
+_UID_STRIDE = 1 << 28  # > 64 * the largest pid: the next candidates of a uid in use
+_UID_MAX = (1 << 32) - 2  # (uid_t)-1 is no uid
+_INNER_ID = 1000  # the program's uid and gid inside the user namespace ("userns" mode)
+# covered with an empty read-only tmpfs wherever there is a mount namespace, with $HOME, the
+# home directory of the effective uid and the directory of the working directories
+_HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/var/run", "/var/lock", "/dev/shm",
+           "/dev/mqueue")
 _HERE = Path(__file__).resolve().parent
 _LAUNCHER = (_HERE / "_sandbox_launcher.py").read_text()
 _HARNESS = (_HERE / "_sandbox_harness.py").read_text()
@@ -83,7 +136,9 @@ class SandboxResult:
     Attributes:
       passed, total: asserts that held, and all asserts of the tests.
       status: one of STATUSES: "ok" (all passed), "failed" (ran, some failed), "timeout",
-        "memory", "output_limit", "forbidden", "error" (crash, exception, early exit).
+        "memory", "output_limit", "file_limit" (made more than Limits.max_files files and
+        directories in its working directory), "forbidden", "error" (crash, exception, early
+        exit).
       detail: why, in one line.
       output: the start of what the program printed (at most 2,000 characters).
       failure: the first assert that did not hold, with the value the program gave, when the
@@ -117,6 +172,9 @@ class Limits:
       memory_mb: address space (RLIMIT_AS) of the sandboxed interpreter.
       output_bytes: stdout + stderr captured before the program is killed.
       file_mb: RLIMIT_FSIZE, and the size of the tmpfs working directory.
+      max_files: files and directories the program may make in its working directory: the
+        tmpfs's inode count (the next one fails with ENOSPC), or without a mount namespace a
+        count every 20 ms that kills the program; more is status "file_limit".
       nofile, nproc, stack_mb: open files, processes + threads of the sandbox uid, stack size.
     """
 
@@ -124,6 +182,7 @@ class Limits:
     memory_mb: int = 256
     output_bytes: int = 64 * 1024
     file_mb: int = 16
+    max_files: int = 1024
     nofile: int = 64
     nproc: int = 16
     stack_mb: int = 8
@@ -221,14 +280,66 @@ def _release_slot(slot: int) -> None:
         _free_slots.append(slot)
 
 
+def _account_exists(uid: int) -> bool:
+    """Whether `uid` has a passwd entry, or its number a group entry."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+            return True
+        except KeyError:
+            pass
+        except OverflowError:
+            return True
+    return False
+
+
+def _uids_of_processes() -> set[int]:
+    """Every real, effective, saved and filesystem uid of the processes in /proc."""
+    uids: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        uids.update(int(u) for u in line.split()[1:])
+                        break
+        except (OSError, ValueError):
+            pass
+    return uids
+
+
+_UID_RECHECK_S = 5.0  # a slot's uid is checked again when its last check is older
+_uid_checked: dict[tuple[int, int], tuple[int, float]] = {}  # (pid, slot) -> (uid, when)
+
+
 def _slot_uid(slot: int) -> int:
-    if os.geteuid() != 0:
-        return os.getuid()  # not root: the program runs as the calling user (no uid drop)
-    return _UID_BASE + _SLOTS_PER_PROCESS * os.getpid() + slot
+    """The unused uid of `slot` (root only): _UID_BASE + 64 * pid + slot, unique to this process
+    and slot; if that one has a passwd (or group) entry or owns a process, the next of
+    candidate + k * 2**28 that has neither (still unique to the pid and slot). The check reads
+    every /proc/<pid>/status, so its answer is kept for _UID_RECHECK_S seconds."""
+    key, now = (os.getpid(), slot), time.monotonic()
+    with _slot_lock:
+        checked = _uid_checked.get(key)
+    if checked is not None and now - checked[1] < _UID_RECHECK_S:
+        return checked[0]
+    processes = _uids_of_processes()
+    uid = _UID_BASE + _SLOTS_PER_PROCESS * os.getpid() + slot
+    while uid <= _UID_MAX:
+        if uid not in processes and not _account_exists(uid):
+            with _slot_lock:
+                _uid_checked[key] = (uid, now)
+            return uid
+        uid += _UID_STRIDE
+    raise RuntimeError(f"no unused uid for sandbox slot {slot} of process {os.getpid()}")
 
 
 def _python() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+_BPF_MACHINES = ("x86_64", "aarch64")  # where the launcher builds the seccomp filter itself
 
 
 def _seccomp_path() -> str | None:
@@ -237,6 +348,87 @@ def _seccomp_path() -> str | None:
         return None
     return str(Path(spec.origin).resolve().parent.parent if spec.submodule_search_locations
                else Path(spec.origin).resolve().parent)
+
+
+def _seccomp_impl(choice: bool | str) -> str | None:
+    """The seccomp filter's builder: "bpf" (the launcher's own, x86_64 and aarch64), else
+    "pyseccomp" where installed (the `sandbox` extra), else None; False: none; a name: that."""
+    if choice is False:
+        return None
+    if choice not in (True, "bpf", "pyseccomp"):
+        raise ValueError(f"sandbox seccomp must be True, False, 'bpf' or 'pyseccomp', got "
+                         f"{choice!r}")
+    if choice == "bpf" and os.uname().machine not in _BPF_MACHINES:
+        raise ValueError(f"sandbox seccomp 'bpf' knows {list(_BPF_MACHINES)}, not "
+                         f"{os.uname().machine}")
+    if choice == "pyseccomp" and _seccomp_path() is None:
+        raise ValueError("sandbox seccomp 'pyseccomp': pyseccomp is not installed (the "
+                         "`sandbox` extra)")
+    if choice is True:
+        if os.uname().machine in _BPF_MACHINES:
+            return "bpf"
+        return "pyseccomp" if _seccomp_path() is not None else None
+    return choice
+
+
+def _expose_paths(python: str) -> list[str]:
+    """The interpreter's install trees (the harness runs `python -I -S -B`: the standard
+    library only), none inside another."""
+    paths = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix,
+                                                  os.path.dirname(python))}, key=len)
+    kept: list[str] = []
+    for p in paths:
+        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _hidden_paths(workdir: str, extra: Sequence[str]) -> list[str]:
+    """The directories covered with an empty tmpfs: _HIDDEN, $HOME, the effective user's home,
+    the directory holding `workdir` and `extra`; existing directories other than /, none inside
+    another."""
+    candidates = [*_HIDDEN, os.environ.get("HOME") or "", os.path.dirname(workdir), *extra]
+    try:
+        candidates.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    paths = set()
+    for c in candidates:
+        if c and os.path.isabs(c):
+            real = os.path.realpath(c)
+            if real != "/" and os.path.isdir(real):
+                paths.add(real)
+    kept: list[str] = []
+    for p in sorted(paths, key=len):
+        if not any(p.startswith(k + "/") for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _remove_tree(path: str) -> None:
+    """rmtree, giving back first the owner's rights that a program took away (chmod 000)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path):
+        return
+    todo = [path]
+    while todo:
+        p = todo.pop()
+        try:
+            if stat.S_ISDIR(os.lstat(p).st_mode):
+                os.chmod(p, 0o700)
+                todo.extend(os.path.join(p, name) for name in os.listdir(p))
+        except OSError:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class UnisolatedError(RuntimeError):
+    """The sandbox cannot isolate programs here (not root, no user namespaces) and the caller
+    did not pass allow_unisolated=True."""
+
+
+class _UsernsUnavailable(RuntimeError):
+    pass
 
 
 # -- one run ------------------------------------------------------------------------------
@@ -344,14 +536,22 @@ class SandboxPool:
           results = pool.run(programs, tests)       # list[SandboxResult], in order
       [r.reward for r in results]
 
-    `audit=False` switches off the in-sandbox audit hook, leaving only the kernel's limits
-    (for testing them). `namespaces` picks which namespaces to try (default: all).
+    `mode` (one of MODES; default: $JAXRL_SANDBOX_MODE, else chosen): "root" (as root), else
+    "userns" where the kernel allows unprivileged user namespaces, else "unisolated", which is
+    refused (UnisolatedError, one line) unless `allow_unisolated=True`. Forcing "userns" or
+    "unisolated" as root runs the program as an unused uid standing in for the user (tests).
+    `audit=False` switches off the in-sandbox audit hook and `seccomp=False` the seccomp filter,
+    leaving the namespaces, mounts, uid and rlimits (for testing them). `namespaces` picks which
+    namespaces to try (default: all; "userns" mode needs mount and pid). `hide`: more
+    directories to cover with an empty tmpfs, besides the home and temporary directories.
     The constructor runs one trivial program and raises RuntimeError if the sandbox cannot be
-    set up; `isolation` then records what is in force.
+    set up; `mode` and `isolation` (a dict, its "mode" included) then record what is in force.
     """
 
     def __init__(self, workers: int = 2, *, limits: Limits | None = None, audit: bool = True,
-                 namespaces: Sequence[str] = NAMESPACES, seccomp: bool = True):
+                 namespaces: Sequence[str] = NAMESPACES, seccomp: bool | str = True,
+                 mode: str | None = None, allow_unisolated: bool = False,
+                 hide: Sequence[str] = ()):
         if workers < 1:
             raise ValueError(f"sandbox workers must be >= 1, got workers={workers}")
         unknown = sorted(set(namespaces) - set(NAMESPACES))
@@ -361,17 +561,50 @@ class SandboxPool:
         if sys.platform != "linux":
             raise RuntimeError(f"the sandbox needs Linux (namespaces, rlimits); this is "
                                f"{sys.platform}")
+        requested = mode or os.environ.get(MODE_ENV) or None
+        if requested not in (None, *MODES):
+            raise ValueError(f"sandbox mode must be one of {list(MODES)}, got {requested!r}")
+        if requested == "root" and os.geteuid() != 0:
+            raise ValueError(f"sandbox mode 'root' needs root; this process runs as uid "
+                             f"{os.geteuid()}")
+        if requested == "userns" and not {"mount", "pid"} <= set(namespaces):
+            raise ValueError("sandbox mode 'userns' needs the mount and pid namespaces")
         self.workers = workers
         self.limits = limits or Limits()
         self.audit = audit
         self.namespaces = tuple(namespaces)
-        self._seccomp = _seccomp_path() if seccomp else None
+        self.seccomp = _seccomp_impl(seccomp)
+        self._seccomp_path = _seccomp_path() if self.seccomp == "pyseccomp" else None
+        self.hide = tuple(hide)
+        self.mode = requested or ("root" if os.geteuid() == 0 else "userns")
+        self.isolation: dict = {"mode": self.mode}
+        if self.mode == "unisolated" and not allow_unisolated:
+            raise UnisolatedError(self._refusal("mode 'unisolated' was asked for"))
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="sandbox")
-        self.isolation: dict = {}
-        probe = self.run(["x = 1"], ["assert x == 1"])[0]
+        try:
+            probe = self._probe()
+        except _UsernsUnavailable as e:
+            if requested == "userns":
+                self.close()
+                raise RuntimeError(f"sandbox mode 'userns': {e}") from None
+            if not allow_unisolated:
+                self.close()
+                raise UnisolatedError(self._refusal(str(e))) from None
+            self.mode = "unisolated"
+            self.isolation = {"mode": self.mode}
+            probe = self._probe()
         if probe.status != "ok":
             self.close()
             raise RuntimeError(f"the sandbox does not work here: {probe.status}: {probe.detail}")
+
+    def _probe(self) -> SandboxResult:
+        return self.run(["x = 1"], ["assert x == 1"])[0]
+
+    @staticmethod
+    def _refusal(why: str) -> str:
+        return (f"the sandbox cannot isolate programs here ({why}; not root, and no user "
+                f"namespace): pass allow_unisolated=True to run model-written code as this "
+                f"user, with its files, environment and processes in reach")
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -411,23 +644,32 @@ class SandboxPool:
                                  f"{MAX_PROGRAM_BYTES}")
         slot = _acquire_slot()
         try:
-            return self._launch(program, exprs, checks, limits, _slot_uid(slot))
+            return self._launch(program, exprs, checks, limits,
+                                _slot_uid(slot) if os.geteuid() == 0 else None)
         finally:
             _release_slot(slot)
 
-    def _launch(self, program, exprs, checks, limits: Limits, uid: int) -> SandboxResult:
+    def _launch(self, program, exprs, checks, limits: Limits, unused_uid: int | None
+                ) -> SandboxResult:
+        """`unused_uid`: as root, the program's uid in "root" mode, and in the other modes the
+        uid that stands for the user."""
         workdir = tempfile.mkdtemp(prefix="jaxrl-sandbox-")
         os.chmod(workdir, 0o755)
         pipes = [os.pipe() for _ in range(3)]  # output, results, launcher status
         (out_r, out_w), (res_r, res_w), (st_r, st_w) = pipes
         python = _python()
+        outer = (unused_uid, unused_uid) if unused_uid is not None else (os.getuid(), os.getgid())
+        inner = (_INNER_ID, _INNER_ID) if self.mode == "userns" else outer
         cfg = {
-            "uid": uid, "gid": uid if os.geteuid() == 0 else os.getgid(),
+            "mode": self.mode, "uid": inner[0], "gid": inner[1],
+            "outer_uid": outer[0], "outer_gid": outer[1],
             "workdir": workdir, "workdir_bytes": limits.file_mb << 20,
+            "max_files": limits.max_files,
             "output_fd": out_w, "result_fd": res_w, "status_fd": st_w,
             "namespaces": list(self.namespaces), "host_mnt_ns": os.readlink("/proc/self/ns/mnt"),
-            "expose": sorted({sys.base_prefix, os.path.dirname(python)}),
-            "python": python, "harness": _HARNESS, "seccomp_path": self._seccomp,
+            "expose": _expose_paths(python), "hide": _hidden_paths(workdir, self.hide),
+            "python": python, "harness": _HARNESS, "seccomp": self.seccomp,
+            "seccomp_path": self._seccomp_path,
             "wall_s": limits.timeout_s + STARTUP_S,
             "limits": {"address_space": limits.memory_mb << 20, "fsize": limits.file_mb << 20,
                        "nofile": limits.nofile, "nproc": limits.nproc,
@@ -471,7 +713,7 @@ class SandboxPool:
             if proc is None:
                 for fd in (out_w, res_w, st_w):
                     os.close(fd)
-            shutil.rmtree(workdir, ignore_errors=True)
+            _remove_tree(workdir)
         status = {}
         said = []
         for line in got[st_r].decode("utf-8", "replace").splitlines():
@@ -479,6 +721,8 @@ class SandboxPool:
                 status.update(json.loads(line))
             except ValueError:
                 said.append(line)
+        if "userns_unavailable" in status:
+            raise _UsernsUnavailable(f"no user namespace: {status['userns_unavailable']}")
         if "isolation" in status:
             self.isolation = status["isolation"]
         output = got[out_r].decode("utf-8", "replace")
@@ -499,6 +743,9 @@ class SandboxPool:
 
         if over_output:
             return result("output_limit", f"more than {limits.output_bytes} bytes of output")
+        if child.get("file_limit"):
+            return result("file_limit", f"more than {limits.max_files} files in the working "
+                          "directory")
         if launcher.get("timeout"):
             return result("timeout", f"ran past {limits.timeout_s:g} s (wall clock)")
         if "setup_error" in status:
@@ -538,32 +785,50 @@ class SandboxPool:
         return dataclasses.replace(result("failed", detail, passed), failure=failure)
 
 
-_default: list[SandboxPool] = []
+_default: dict[tuple, SandboxPool | UnisolatedError] = {}
 _default_lock = threading.Lock()
 
 
-def default_pool() -> SandboxPool:
-    """The process's shared pool (workers = min(4, cpu count)), made on first use."""
+def default_pool(*, mode: str | None = None, allow_unisolated: bool = False) -> SandboxPool:
+    """The process's shared pool (workers = min(4, cpu count)) of this mode (default: chosen, see
+    SandboxPool), made on first use. Raises UnisolatedError (each call) where the sandbox cannot
+    isolate programs, unless allow_unisolated=True."""
+    key = (mode or os.environ.get(MODE_ENV) or None, allow_unisolated)
     with _default_lock:
-        if not _default:
-            _default.append(SandboxPool(workers=min(4, os.cpu_count() or 1)))
-        return _default[0]
+        if key not in _default:
+            try:
+                _default[key] = SandboxPool(workers=min(4, os.cpu_count() or 1), mode=key[0],
+                                            allow_unisolated=allow_unisolated)
+            except UnisolatedError as e:
+                _default[key] = e
+        pool = _default[key]
+    if isinstance(pool, UnisolatedError):
+        raise UnisolatedError(str(pool))
+    return pool
 
 
-def run_tests(program: str, tests: str, *, timeout_s: float = 2.0,
-              memory_mb: int = 256) -> SandboxResult:
-    """Runs `program` against the assert lines of `tests` in the sandbox (`default_pool`)."""
-    return default_pool().run([program], [tests], timeout_s=timeout_s,
-                              memory_mb=memory_mb)[0]
+def run_tests(program: str, tests: str, *, timeout_s: float = 2.0, memory_mb: int = 256,
+              mode: str | None = None, allow_unisolated: bool = False) -> SandboxResult:
+    """Runs `program` against the assert lines of `tests` in the sandbox (`default_pool`).
+
+    Where the sandbox cannot isolate the program (not root and no user namespaces), raises
+    UnisolatedError in one line, unless allow_unisolated=True: then the program runs as this
+    user, with only rlimits, no_new_privs and the seccomp filter between it and the user's files,
+    environment and processes. `mode` forces one of MODES (tests)."""
+    pool = default_pool(mode=mode, allow_unisolated=allow_unisolated)
+    return pool.run([program], [tests], timeout_s=timeout_s, memory_mb=memory_mb)[0]
 
 
 __all__ = [
+    "MODES",
+    "MODE_ENV",
     "NAMESPACES",
     "STATUSES",
     "Check",
     "Limits",
     "SandboxPool",
     "SandboxResult",
+    "UnisolatedError",
     "default_pool",
     "parse_tests",
     "run_tests",

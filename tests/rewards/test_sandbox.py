@@ -3,7 +3,11 @@ keep serving the next program.
 
 Every attack runs twice: through the full sandbox (the audit hook names what it tried) and
 with the hook off (`audit=False`), where only the kernel's limits stand: namespaces, read-only
-mounts, the dropped uid and the rlimits. The tests run as root on CI, as the issue requires.
+mounts, the dropped uid, the rlimits and the seccomp filter. And every test with a pool runs in
+each isolation mode this machine has: "root" and "userns" as root (CI; there the user namespace
+is entered by an unused uid standing in for the user), "userns" otherwise. The isolation itself
+(hidden files, environment, network, capabilities, the unprivileged user) is tested in
+test_sandbox_isolation.py.
 """
 
 import os
@@ -18,6 +22,7 @@ from jaxrl_suite.rewards.sandbox import (
     Limits,
     SandboxPool,
     SandboxResult,
+    UnisolatedError,
     parse_tests,
     run_tests,
 )
@@ -27,18 +32,33 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"),
 
 GOOD = "def f(x):\n    return x * 3 + 1\n"
 TESTS = "assert f(2) == 7\nassert f(5) == 16\nassert 31 == f(10)\n"
+MODES = ["root", "userns"] if os.geteuid() == 0 else ["userns"]
+
+
+def make_pool(mode, workers=2, **kwargs):
+    """A pool of `mode`, or a skip where this machine cannot make one."""
+    try:
+        return SandboxPool(workers, mode=mode, **kwargs)
+    except (RuntimeError, UnisolatedError) as e:
+        pytest.skip(f"no sandbox in mode {mode!r} here: {e}")
+
+
+@pytest.fixture(scope="module", params=MODES)
+def mode(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(2, limits=Limits(timeout_s=1.0)) as p:
+def pool(mode):
+    with make_pool(mode, limits=Limits(timeout_s=1.0)) as p:
+        assert p.mode == p.isolation["mode"] == mode
         yield p
 
 
 @pytest.fixture(scope="module")
-def kernel_pool():
+def kernel_pool(mode):
     """The kernel's limits alone: no audit hook."""
-    with SandboxPool(2, limits=Limits(timeout_s=1.0), audit=False) as p:
+    with make_pool(mode, limits=Limits(timeout_s=1.0), audit=False) as p:
         yield p
 
 
@@ -161,8 +181,12 @@ def test_socket_connect_to_a_local_listener(pool, kernel_pool):
         server.close()
 
 
-def test_network_without_a_namespace_uses_seccomp():
-    pytest.importorskip("pyseccomp")
+@pytest.mark.parametrize("impl", ["bpf", "pyseccomp"])
+def test_network_without_a_namespace_uses_seccomp(mode, impl):
+    if impl == "pyseccomp":
+        pytest.importorskip("pyseccomp")
+    elif os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip(f"the built-in seccomp filter does not know {os.uname().machine}")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -170,8 +194,9 @@ def test_network_without_a_namespace_uses_seccomp():
     program = (f"import socket\nsocket.create_connection(('127.0.0.1', "
                f"{server.getsockname()[1]}), timeout=1)\n" + GOOD)
     try:
-        with SandboxPool(1, audit=False, namespaces=("mount", "pid", "ipc", "uts")) as p:
-            assert p.isolation.get("seccomp") and not p.isolation.get("network")
+        with make_pool(mode, 1, audit=False, namespaces=("mount", "pid", "ipc", "uts"),
+                       seccomp=impl) as p:
+            assert p.isolation["seccomp"] == impl and not p.isolation.get("network")
             r = p.run([program], TESTS)[0]
         assert r.status == "error" and "PermissionError" in r.detail
         with pytest.raises(socket.timeout):
