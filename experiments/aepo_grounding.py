@@ -32,13 +32,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
@@ -54,11 +55,13 @@ EXPLORE = ("mean_n", "hit_any", "first_hit", "format")  # sampled-rollout statis
 
 @dataclasses.dataclass(frozen=True)
 class GuiConfig:
-    min_elements: int = 3  # elements per screen: min_elements..max_elements (3..8)
-    max_elements: int = 3
-    max_screen_chars: int = 128  # longer screens are redrawn (bounds the prompt length)
+    # elements per screen: min_elements..max_elements (3..8)
+    min_elements: Annotated[int, Range(ge=3, le=8)] = 3
+    max_elements: Annotated[int, Range(ge=3, le=8)] = 3
+    max_screen_chars: Count = 128  # longer screens are redrawn (bounds the prompt length)
 
     def __post_init__(self):
+        check_fields(self, "gui.")  # the Ranges declared above
         GuiTask(min_elements=self.min_elements, max_elements=self.max_elements,
                 max_screen_chars=self.max_screen_chars)  # validates
 

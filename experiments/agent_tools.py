@@ -41,7 +41,7 @@ from jaxrl_suite.algorithms.agent import (
     expert_episodes,
 )
 from jaxrl_suite.algorithms.executors import make_executor
-from jaxrl_suite.core.config import ConfigError, to_dict
+from jaxrl_suite.core.config import ConfigError, Count, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
@@ -57,12 +57,11 @@ CURVES = ("reward", "turns", "format_fail_rate")
 @dataclasses.dataclass(frozen=True)
 class VariantsConfig:
     names: tuple[str, ...] = VARIANTS
-    max_staleness: int = 1  # tools_async: rollouts may use parameters this many updates old
+    max_staleness: Count = 1  # tools_async: rollouts may use parameters this many updates old
 
     def __post_init__(self):
+        check_fields(self, "variants.")  # the Ranges declared above
         check_variants(self.names, VARIANTS, "variants.names")
-        if self.max_staleness < 1:
-            raise ValueError(f"variants.max_staleness must be >= 1, got {self.max_staleness}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +69,7 @@ class Config:
     task: kit.TaskConfig = kit.TaskConfig(name="tool_mix", prompt_len=112)
     model: kit.ModelConfig = kit.ModelConfig()
     sft: kit.SFTConfig = kit.SFTConfig()
-    demos: int = 3072  # expert episodes of the SFT data (a fixed set, cycled)
+    demos: Count = 3072  # expert episodes of the SFT data (a fixed set, cycled)
     grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=96)  # max_new_tokens: one turn
     agent: AgentConfig = AgentConfig()  # agent.tools / max_staleness are set per variant
     variants: VariantsConfig = VariantsConfig()
@@ -78,6 +77,7 @@ class Config:
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
+        check_fields(self)  # the Ranges declared above (top-level fields)
         if not self.agent.tools or self.agent.max_staleness:
             raise ValueError("agent.tools and agent.max_staleness are set per variant here; use "
                              "variants.names / variants.max_staleness")

@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from typing import Annotated
 
 import numpy as np
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, NonNegative, Range, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, save_figure
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
@@ -43,16 +44,24 @@ COLUMNS = {"default_context": "default ctx", "in_distribution": "in-dist grid",
 @dataclasses.dataclass(frozen=True)
 class ContextConfig:
     features: tuple[str, ...] = ("length", "gravity")  # the two varied features (grid axes)
-    train_width: float = 0.5  # training contexts: default * (1 + U(-w, w)) per feature
-    grid_x: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)  # eval values of features[0]
-    grid_y: tuple[float, ...] = (2.0, 5.0, 9.8, 20.0, 40.0)  # eval values of features[1]
+    train_width: NonNegative = 0.5  # training contexts: default * (1 + U(-w, w)) per feature
+    # eval values of features[0] and features[1] (any finite values: the environment's context
+    # space bounds them)
+    grid_x: tuple[Annotated[float, Range()], ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+    grid_y: tuple[Annotated[float, Range()], ...] = (2.0, 5.0, 9.8, 20.0, 40.0)
+
+    def __post_init__(self):
+        check_fields(self, "context.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = tuple(range(8))  # seeds per variant, vmapped in one program
+    seeds: tuple[Seed, ...] = tuple(range(8))  # seeds per variant, vmapped in one program
     variants: tuple[str, ...] = VARIANTS
-    chunks: int = 4  # evaluate on the grid (and checkpoint) this many times during training
+    chunks: Count = 4  # evaluate on the grid (and checkpoint) this many times during training
+
+    def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)

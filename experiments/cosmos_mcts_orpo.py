@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -47,7 +48,15 @@ from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.grpo import SeqBatch, completion_logits
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
 from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
-from jaxrl_suite.core.config import ConfigError, to_dict
+from jaxrl_suite.core.config import (
+    ConfigError,
+    Count,
+    NonNegative,
+    Probability,
+    Range,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, save_figure
 from jaxrl_suite.core.parallel import (
@@ -79,18 +88,22 @@ VARIANTS = ("small", "large")
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    collect_openings: int = 32  # training openings of the collection search, per round
-    collect_iterations: int = 6  # its MCTS iterations per opening
-    openings: int = 32  # training openings of the value-guided (pair-finding) search, per round
-    budget: int = 1600  # generated tokens per opening of every value-guided search
-    iterations: int = 40  # cap on its iterations (the budget binds first)
-    num_samples: int = 4  # continuations sampled per expansion
-    num_decision: int = 3  # children kept selectable per node
-    c: float = 0.2  # UCT exploration constant
-    batch_size: int = 64  # rows per sampler call
-    step_weight: float = 0.5  # value target: w * unit(step value) + (1 - w) * backed-up return
+    collect_openings: Count = 32  # training openings of the collection search, per round
+    collect_iterations: Count = 6  # its MCTS iterations per opening
+    openings: Count = 32  # training openings of the value-guided (pair-finding) search, per round
+    budget: Count = 1600  # generated tokens per opening of every value-guided search
+    iterations: Count = 40  # cap on its iterations (the budget binds first)
+    num_samples: Count = 4  # continuations sampled per expansion
+    num_decision: Count = 3  # children kept selectable per node
+    c: NonNegative = 0.2  # UCT exploration constant
+    batch_size: Count = 64  # rows per sampler call
+    # value target: w * unit(step value) + (1 - w) * backed-up return
+    step_weight: Probability = 0.5
     value: ValueConfig = ValueConfig(steps=100, batch_size=16, lr=1e-3)
-    pair_margin: float = 0.05  # minimum V gap of an ORPO pair
+    pair_margin: NonNegative = 0.05  # minimum V gap of an ORPO pair
+
+    def __post_init__(self):
+        check_fields(self, "search.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,20 +118,19 @@ class Config:
     search: SearchConfig = SearchConfig()
     orpo: PreferenceConfig = PreferenceConfig(loss="orpo", lam=0.1, lr=3e-4, batch_size=8,
                                               steps=60)
-    rounds: int = 2  # search -> ORPO rounds
-    agree_samples: int = 4  # sampled plots per held-out opening for the value-vs-Q agreement
+    rounds: Count = 2  # search -> ORPO rounds
+    # sampled plots per held-out opening for the value-vs-Q agreement
+    agree_samples: Annotated[int, Range(ge=2)] = 4
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=64, batch_size=64)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
+        check_fields(self)  # the Ranges declared above (top-level fields)
         if self.task.name != "story":
             raise ConfigError(f"config field 'task.name' must be 'story' for {NAME}, got "
                               f"{self.task.name!r}")
         if self.orpo.loss != "orpo":
             raise ConfigError(f"config field 'orpo.loss' must be 'orpo', got {self.orpo.loss!r}")
-        if self.rounds < 1 or self.agree_samples < 2:
-            raise ConfigError(f"config fields 'rounds' >= 1 and 'agree_samples' >= 2, got "
-                              f"{self.rounds}, {self.agree_samples}")
 
 
 class PlotScorer:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -39,7 +40,7 @@ import numpy as np
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.diffusion import DiffusionConfig, DiffusionStudy, estimator_variance
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Positive, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, save_figure
 from jaxrl_suite.core.parallel import print0
@@ -52,28 +53,28 @@ AR = "ar_grpo"  # the autoregressive reference's run name
 
 @dataclasses.dataclass(frozen=True)
 class VarianceConfig:
-    completions: int = 32  # completions (sampled from the SFT model) whose estimates are scored
-    draws: int = 32  # mask draws per completion
-    passes: tuple[int, ...] = (3, 6, 12)  # forward passes per estimate (multiples of 3)
+    completions: Count = 32  # completions (sampled from the SFT model) whose estimates are scored
+    draws: Annotated[int, Range(ge=2)] = 32  # mask draws per completion
+    passes: tuple[Count, ...] = (3, 6, 12)  # forward passes per estimate (multiples of 3)
 
     def __post_init__(self):
-        if self.completions < 1 or self.draws < 2 or not self.passes or any(
-                p <= 0 or p % 3 for p in self.passes):
-            raise ValueError("variance: completions >= 1, draws >= 2 and passes positive "
-                             "multiples of 3 (a coupled estimate costs 3)")
+        check_fields(self, "variance.")  # the Ranges declared above
+        if not self.passes or any(p % 3 for p in self.passes):
+            raise ValueError(f"variance.passes must be a non-empty list of multiples of 3 (a "
+                             f"coupled estimate costs 3), got {list(self.passes)}")
 
 
 @dataclasses.dataclass(frozen=True)
 class ArnessConfig:
-    examples: int = 64  # held-out prompts decoded for AR-ness
-    ks: tuple[int, ...] = (1, 2, 4)  # k of local / global AR-ness@k
-    temperatures: tuple[float, ...] = (0.2, 0.6, 1.0, 1.4)  # the order-vs-temperature study
+    examples: Count = 64  # held-out prompts decoded for AR-ness
+    ks: tuple[Count, ...] = (1, 2, 4)  # k of local / global AR-ness@k
+    temperatures: tuple[Positive, ...] = (0.2, 0.6, 1.0, 1.4)  # the order-vs-temperature study
 
     def __post_init__(self):
-        if self.examples < 1 or not self.ks or any(k < 1 for k in self.ks):
-            raise ValueError("arness: examples >= 1 and ks >= 1")
-        if not self.temperatures or any(t <= 0 for t in self.temperatures):
-            raise ValueError("arness.temperatures must be positive")
+        check_fields(self, "arness.")  # the Ranges declared above
+        for name in ("ks", "temperatures"):
+            if not getattr(self, name):
+                raise ValueError(f"arness.{name} must not be empty")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,7 @@ from jaxrl_suite.algorithms.rcbc import (
     popgym_task,
     token_dim,
 )
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import make_mesh, print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
@@ -50,11 +50,14 @@ NAME = "elmur_popgym"
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped in one program per model and task
+    seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped in one program per model and task
     tasks: tuple[str, ...] = POPGYM_NAMES
     difficulties: tuple[str, ...] = ("easy",)
     models: tuple[str, ...] = ARCHS
-    eval_episodes: int = 32  # per seed
+    eval_episodes: Count = 32  # per seed
+
+    def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Config:
                                             mem_slots=8, segment_len=16, pre_norm=False,
                                             detach_memory=False)
     )
-    gru_hidden: int = 64
+    gru_hidden: Count = 64  # the GRU baseline's hidden size
     rcbc: RCBCConfig = dataclasses.field(
         default_factory=lambda: RCBCConfig(num_episodes=512, batch_size=32, num_updates=1000,
                                            lr=1e-3, eps_max=0.5)
@@ -72,6 +75,7 @@ class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
 
     def __post_init__(self):
+        check_fields(self)  # the Ranges declared above (top-level fields)
         for field, given, valid in (("run.tasks", self.run.tasks, POPGYM_NAMES),
                                     ("run.difficulties", self.run.difficulties, DIFFICULTIES),
                                     ("run.models", self.run.models, ARCHS)):

@@ -39,7 +39,7 @@ from jaxrl_suite.algorithms.rcbc import (
     tmaze_task,
     token_dim,
 )
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import make_mesh, print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
@@ -52,20 +52,29 @@ MODELS = ("elmur", "transformer")
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    min_length: int = 1  # corridor lengths of the training data ~ U{min..max}
-    max_length: int = 300
+    min_length: Count = 1  # corridor lengths of the training data ~ U{min..max}
+    max_length: Count = 300
+
+    def __post_init__(self):
+        check_fields(self, "train.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    lengths: tuple[int, ...] = (100, 1_000, 10_000, 100_000, 1_000_000)
-    episodes: tuple[int, ...] = (16, 16, 16, 16, 4)  # per seed, one entry per length
+    lengths: tuple[Count, ...] = (100, 1_000, 10_000, 100_000, 1_000_000)  # corridor lengths
+    episodes: tuple[Count, ...] = (16, 16, 16, 16, 4)  # per seed, one entry per length
+
+    def __post_init__(self):
+        check_fields(self, "eval.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped in one program per model
+    seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped in one program per model
     models: tuple[str, ...] = MODELS
+
+    def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
 
 
 def _default_elmur() -> ELMURConfig:
@@ -94,8 +103,6 @@ class Config:
                 f"eval.episodes has {len(self.eval.episodes)} entries, eval.lengths "
                 f"{len(self.eval.lengths)}: give one episode count per length"
             )
-        if min(self.eval.lengths, default=1) < 1:
-            raise ValueError("eval.lengths must all be >= 1")
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:

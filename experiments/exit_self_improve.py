@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from jaxrl_suite.algorithms.exit import (
     MultiTurnTrainer,
     evaluate_iterations,
 )
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Probability, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
@@ -53,22 +54,19 @@ VARIANTS = {
 @dataclasses.dataclass(frozen=True)
 class VariantsConfig:
     names: tuple[str, ...] = tuple(VARIANTS)  # which variants to train
-    naive_turns: int = 3  # K of the naive fixed-depth baseline
+    naive_turns: Annotated[int, Range(ge=2)] = 3  # K of the naive fixed-depth baseline
 
     def __post_init__(self):
+        check_fields(self, "variants.")  # the Ranges declared above
         check_variants(self.names, VARIANTS, "variants.names")
-        if self.naive_turns < 2:
-            raise ValueError(f"variants.naive_turns must be >= 2, got {self.naive_turns}")
 
 
 @dataclasses.dataclass(frozen=True)
 class IterationEvalConfig(kit.EvalConfig):
-    steps: int = 8  # self-iteration steps at evaluation (1 = the task prompt alone)
+    steps: Count = 8  # self-iteration steps at evaluation (1 = the task prompt alone)
 
     def __post_init__(self):
-        super().__post_init__()
-        if self.steps < 1:
-            raise ValueError(f"eval.steps must be >= 1, got {self.steps}")
+        super().__post_init__()  # check_fields(self, "eval."): every field's Range, steps too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +74,7 @@ class Config:
     task: kit.TaskConfig = kit.TaskConfig(name="sort", num_items=5, max_value=99, prompt_len=112)
     model: kit.ModelConfig = kit.ModelConfig()  # model.hf_path starts from a local HF checkpoint
     sft: kit.SFTConfig = kit.SFTConfig()
-    sft_iter_frac: float = 0.5  # share of SFT prompts in the self-iteration format
+    sft_iter_frac: Probability = 0.5  # share of SFT prompts in the self-iteration format
     grpo: kit.GRPOConfig = kit.GRPOConfig()  # shared by every variant
     exit: ExItConfig = ExItConfig()
     variants: VariantsConfig = VariantsConfig()
@@ -84,8 +82,7 @@ class Config:
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), checkpoint_every=25, keep_checkpoints=2)
 
     def __post_init__(self):
-        if not 0.0 <= self.sft_iter_frac <= 1.0:
-            raise ValueError(f"sft_iter_frac must be in [0, 1], got {self.sft_iter_frac}")
+        check_fields(self)  # the Ranges declared above (top-level fields)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -43,7 +44,7 @@ from jaxrl_suite.algorithms.gencls import (
     evaluate_strategy,
     needed_lengths,
 )
-from jaxrl_suite.core.config import ConfigError, to_dict
+from jaxrl_suite.core.config import ConfigError, Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_variants, seed_stats
@@ -72,12 +73,13 @@ PAPER_GAIN = 3.46  # points of accuracy over naive SFT, the paper's average over
 @dataclasses.dataclass(frozen=True)
 class StrategiesConfig:
     names: tuple[str, ...] = tuple(VARIANTS)  # which strategies to run (VARIANTS)
-    shots: int = 2  # in-context examples per prompt (icl_random, icl_nearest)
-    pool_size: int = 256  # their pool: the task's first train examples
+    shots: Count = 2  # in-context examples per prompt (icl_random, icl_nearest)
+    pool_size: Count = 256  # their pool: the task's first train examples
     ppl_norm: str = "mean"  # ppl decoding: "mean" log-prob per token (perplexity) or "sum"
-    max_text_chars: int | None = None  # cut each text to this many characters (e.g. ag_news)
+    max_text_chars: Count | None = None  # cut each text to this many characters (e.g. ag_news)
 
     def __post_init__(self):
+        check_fields(self, "strategies.")  # the Ranges declared above
         check_variants(self.names, VARIANTS, "strategies.names")
         for name in self.names:
             self.strategy(name)  # one-line errors for bad shared fields
@@ -103,8 +105,12 @@ def twin(strategies: StrategiesConfig, name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TopicsConfig:
-    ambiguous: float = 0.1  # topics: fraction of undecidable texts (two agents)
+    # topics: fraction of undecidable texts (two agents)
+    ambiguous: Annotated[float, Range(ge=0, lt=1)] = 0.1
     templates: tuple[str, ...] = ("active", "passive", "fronted")  # topics: sentence forms
+
+    def __post_init__(self):
+        check_fields(self, "topics.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,7 +50,7 @@ from jaxrl_suite.algorithms.oppo import OPPOConfig
 from jaxrl_suite.algorithms.ppo import PPOConfig
 from jaxrl_suite.algorithms.pref_reward import RewardModelConfig
 from jaxrl_suite.core.checkpoint import Checkpointer
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, NonNegative, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import print0
@@ -64,18 +64,25 @@ METHODS = ("bc", "pref_iql", "oppo", "oracle_iql")
 
 @dataclasses.dataclass(frozen=True)
 class PrefConfig:
-    num_pairs: int = 500  # labelled segment pairs per dataset
-    segment_length: int = 20  # K; oppo.segment_length and reward.segment_length must equal it
-    temperature: float = 0.0  # 0: scripted teacher; > 0: Bradley-Terry labels at this temperature
+    num_pairs: Count = 500  # labelled segment pairs per dataset
+    segment_length: Count = 20  # K; oppo.segment_length and reward.segment_length must equal it
+    # 0: scripted teacher; > 0: Bradley-Terry labels at this temperature
+    temperature: NonNegative = 0.0
+
+    def __post_init__(self):
+        check_fields(self, "prefs.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped seeds per (dataset, method)
+    seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped seeds per (dataset, method)
     datasets: tuple[str, ...] = ("random", "medium", "medium-replay", "medium-expert")
     methods: tuple[str, ...] = METHODS
     zspace_dataset: str = "medium-replay"  # the dataset whose OPPO z-space is plotted (seed 0)
-    data_seed: int = 0  # PPO snapshots, rollouts and preference pairs
+    data_seed: Seed = 0  # PPO snapshots, rollouts and preference pairs
+
+    def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
 
 
 def _default_data() -> OfflineDataConfig:

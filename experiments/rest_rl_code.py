@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -43,7 +44,14 @@ from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
 from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    Range,
+    UnitInterval,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure
 from jaxrl_suite.core.parallel import print0
@@ -61,38 +69,38 @@ DECODERS = ("greedy", "orm_bon", "prm_bon", "orm_mcts", "vm_mcts")
 @dataclasses.dataclass(frozen=True)
 class RestConfig:
     names: tuple[str, ...] = VARIANTS
-    rounds: int = 2  # data collection rounds per run
-    problems: int = 64  # training problems sampled per round
-    samples: int = 5  # completions per problem (ReST-RL's n)
-    min_std: float = 0.05  # keep a problem iff its reward std (population) >= this
-    best_threshold: float = 0.9  # partial prompts from best samples scoring >= this
-    frac: float = 0.5  # ceil(frac * L) prefixes drawn per best sample of L lines
-    decay: float = 0.95  # prefix of j lines drawn with weight decay ** j
+    rounds: Count = 2  # data collection rounds per run
+    problems: Count = 64  # training problems sampled per round
+    samples: Annotated[int, Range(ge=2)] = 5  # completions per problem (ReST-RL's n)
+    min_std: NonNegative = 0.05  # keep a problem iff its reward std (population) >= this
+    # partial prompts from best samples scoring >= this (a reward: any finite value)
+    best_threshold: Annotated[float, Range()] = 0.9
+    frac: UnitInterval = 0.5  # ceil(frac * L) prefixes drawn per best sample of L lines
+    decay: UnitInterval = 0.95  # prefix of j lines drawn with weight decay ** j (1: uniform)
     dpo: PreferenceConfig = PreferenceConfig(loss="dpo", lr=1e-4, batch_size=16, steps=10)
 
     def __post_init__(self):
+        check_fields(self, "rest.")  # the Ranges declared above
         check_variants(self.names, VARIANTS, "rest.names")
-        if self.rounds < 1 or self.problems < 1 or self.samples < 2:
-            raise ValueError(f"rest.rounds and rest.problems must be >= 1 and rest.samples >= 2, "
-                             f"got {self.rounds}, {self.problems}, {self.samples}")
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    collect_problems: int = 32  # training problems searched for value targets
-    collect_iterations: int = 20  # MCTS iterations per problem (paper: 100)
+    collect_problems: Count = 32  # training problems searched for value targets
+    collect_iterations: Count = 20  # MCTS iterations per problem (paper: 100)
     value: ValueConfig = ValueConfig(steps=300, batch_size=32, lr=1e-3)
-    problems: int = 32  # held-out problems of the decoding comparison
-    budgets: tuple[int, ...] = (400, 800, 1600)  # generated tokens per problem
-    iterations: int = 15  # VM-MCTS / ORM-MCTS iterations at test time (paper: 15)
-    c: float = 0.1  # exploration constant at test time (paper: 0.1)
-    batch_size: int = 64  # rows per sampler call of the search
+    problems: Count = 32  # held-out problems of the decoding comparison
+    budgets: tuple[Count, ...] = (400, 800, 1600)  # generated tokens per problem
+    iterations: Count = 15  # VM-MCTS / ORM-MCTS iterations at test time (paper: 15)
+    c: NonNegative = 0.1  # exploration constant at test time (paper: 0.1)
+    batch_size: Count = 64  # rows per sampler call of the search
     decoders: tuple[str, ...] = DECODERS
 
     def __post_init__(self):
+        check_fields(self, "search.")  # the Ranges declared above
         check_variants(self.decoders, DECODERS, "search.decoders")
-        if not self.budgets or min(self.budgets) < 1:
-            raise ValueError(f"search.budgets must be positive, got {list(self.budgets)}")
+        if not self.budgets:
+            raise ValueError("search.budgets must not be empty")
 
 
 @dataclasses.dataclass(frozen=True)

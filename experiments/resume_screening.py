@@ -30,12 +30,13 @@ import dataclasses
 import math
 import sys
 import time
+from typing import Annotated
 
 import jax
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
@@ -84,10 +85,12 @@ class Config:
     weights: WeightingsConfig = WeightingsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=512)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
-    ats_train_examples: int = 2000  # training pairs the ATS threshold is fitted on
-    near_zero_recall: float = 0.05  # a held-out SELECTED recall at or below this is collapsed
+    ats_train_examples: Count = 2000  # training pairs the ATS threshold is fitted on
+    # a held-out SELECTED recall at or below this is collapsed
+    near_zero_recall: Annotated[float, Range(ge=0, lt=1)] = 0.05
 
     def __post_init__(self):
+        check_fields(self)  # the Ranges declared above (top-level fields)
         if self.task.name != "screening":
             raise ValueError(f"task.name must be 'screening', got {self.task.name!r}")
         if not self.grpo.collapse_entropy > 0:
@@ -95,10 +98,6 @@ class Config:
                              "in this study)")
         if not self.grpo.beta > 0:
             raise ValueError("grpo.beta must be > 0 (the composite reward's KL to the SFT model)")
-        if self.ats_train_examples < 1:
-            raise ValueError(f"ats_train_examples must be >= 1, got {self.ats_train_examples}")
-        if not 0 <= self.near_zero_recall < 1:
-            raise ValueError(f"near_zero_recall must be in [0, 1), got {self.near_zero_recall}")
 
 
 def variant_task(cfg: Config, name: str) -> ScreeningTask:

@@ -31,7 +31,14 @@ from scipy import stats as scipy_stats
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
@@ -43,17 +50,19 @@ NAME = "rollout_efficiency"
 @dataclasses.dataclass(frozen=True)
 class EnginesConfig:
     names: tuple[str, ...] = ("static", "continuous", "speculative", "speculative_frozen")
-    slots: int = 16  # continuous: KV-cache rows
+    slots: Count = 16  # continuous: KV-cache rows
     schedule: str = "sjf"  # continuous: queue order (fifo | sjf | lpt)
-    draft_k: int | None = None  # speculative: None = chosen online
-    drafter_layers: int = 1
-    drafter_d_model: int = 64
-    drafter_lr: float = 1e-3
-    drafter_steps: int = 2  # KD steps per rollout (the evolving drafter)
-    drafter_reward_tau: float | None = 1.0  # reward weighting of the KD (None = unweighted)
-    warmup_steps: int = 200  # KD steps of the drafter on the SFT data before GRPO
+    draft_k: Count | None = None  # speculative: None = chosen online
+    drafter_layers: Count = 1
+    drafter_d_model: Count = 64
+    drafter_lr: NonNegative = 1e-3
+    drafter_steps: NonNegativeInt = 2  # KD steps per rollout (the evolving drafter; 0 = frozen)
+    drafter_reward_tau: Positive | None = 1.0  # reward weighting of the KD (None = unweighted)
+    # KD steps of the drafter on the SFT data before GRPO (0 = none)
+    warmup_steps: NonNegativeInt = 200
 
     def __post_init__(self):
+        check_fields(self, "engines.")  # the Ranges declared above (grpo's for the same fields)
         check_variants(self.names, VARIANTS, "names")
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -63,7 +64,14 @@ from jaxrl_suite.algorithms.agent import (
 )
 from jaxrl_suite.algorithms.executors import make_executor
 from jaxrl_suite.algorithms.s3 import SearchReward
-from jaxrl_suite.core.config import ConfigError, to_dict
+from jaxrl_suite.core.config import (
+    ConfigError,
+    Count,
+    Probability,
+    Range,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats
@@ -88,34 +96,32 @@ class GeneratorConfig:
                                              n_heads=4, n_kv_heads=4, d_ff=512, max_len=208)
     sft: kit.SFTConfig = kit.SFTConfig(steps=1500, batch_size=32, lr=2e-3)
     tokenizer: str = "bpe:1024"  # its own (it only ever reads text), like run.tokenizer
-    prompt_len: int = 200  # documents + question
-    max_new_tokens: int = 8  # the answer
-    max_docs: int = 8  # documents in its context (training contexts hold 2..max_docs)
-    batch_size: int = 64  # rows of one generator call
+    prompt_len: Count = 200  # documents + question
+    max_new_tokens: Count = 8  # the answer
+    max_docs: Count = 8  # documents in its context (training contexts hold 2..max_docs)
+    batch_size: Count = 64  # rows of one generator call
 
     def __post_init__(self):
-        for name in ("prompt_len", "max_new_tokens", "max_docs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"generator.{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "generator.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    top_k: int = 8  # documents per <information> block
-    max_select: int = 3  # documents one <important_info> may select
-    lazy: float = 0.3  # the SFT expert's chance to stop at once with the naive documents
+    # documents per <information> block (1..9: one-digit document numbers)
+    top_k: Annotated[int, Range(ge=1, le=9)] = 8
+    max_select: Count = 3  # documents one <important_info> may select (<= top_k)
+    lazy: Probability = 0.3  # the SFT expert's chance to stop at once with the naive documents
     unselected: str = "all"  # a block no turn selects from: "all" its documents (authors), "none"
     # the rewards whose RL pools drop the training questions naive RAG already answers (the
     # authors' s3 recipe); the other rewards' pools are the training questions as they come
     drop_solved: tuple[str, ...] = ("gbr", "gbr_acc")
-    sft_questions: int = 512  # the last training questions: the SFT demonstrations' (no pool's)
+    sft_questions: Count = 512  # the last training questions: the SFT demonstrations' (no pool's)
 
     def __post_init__(self):
+        check_fields(self, "search.")  # the Ranges declared above
         if self.unselected not in ("all", "none"):
             raise ValueError(f"search.unselected must be 'all' or 'none', got "
                              f"{self.unselected!r}")
-        if self.sft_questions < 1:
-            raise ValueError(f"search.sft_questions must be >= 1, got {self.sft_questions}")
         if self.drop_solved:  # may be empty: no pool drops solved questions
             check_variants(self.drop_solved, SEARCH_REWARDS.names(), "search.drop_solved")
 
@@ -123,13 +129,13 @@ class SearchConfig:
 @dataclasses.dataclass(frozen=True)
 class VariantsConfig:
     rewards: tuple[str, ...] = ("gbr", "acc", "recall")  # gbr_acc: the same advantages as gbr
-    sizes: tuple[int, ...] = (30, 100, 240)  # training questions of the RL runs
+    sizes: tuple[Count, ...] = (30, 100, 240)  # training questions of the RL runs
 
     def __post_init__(self):
+        check_fields(self, "variants.")  # the Ranges declared above
         check_variants(self.rewards, SEARCH_REWARDS.names(), "variants.rewards")
-        if not self.sizes or any(n < 1 for n in self.sizes) or list(self.sizes) != sorted(
-                set(self.sizes)):
-            raise ValueError(f"variants.sizes must be increasing positive integers, got "
+        if not self.sizes or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"variants.sizes must be non-empty and increasing, got "
                              f"{list(self.sizes)}")
 
 
@@ -142,7 +148,7 @@ class Config:
     search: SearchConfig = SearchConfig()
     model: kit.ModelConfig = kit.ModelConfig(vocab_size=2048, max_len=528)  # the searcher
     sft: kit.SFTConfig = kit.SFTConfig(steps=400, batch_size=16, lr=2e-3)
-    demos: int = 1024  # expert episodes of the searcher's SFT (cycled)
+    demos: Count = 1024  # expert episodes of the searcher's SFT (cycled)
     grpo: kit.GRPOConfig = kit.GRPOConfig(steps=30, prompts_per_step=8, group_size=4,
                                           max_new_tokens=40, lr=2e-4)
     agent: AgentConfig = AgentConfig(max_turns=3, episode_tokens=352, obs_chars=400,
@@ -154,6 +160,7 @@ class Config:
                                        keep_checkpoints=2, checkpoint_every=10)
 
     def __post_init__(self):
+        check_fields(self)  # the Ranges declared above (top-level fields)
         if self.task.name != SearchTask.name:
             raise ValueError(f"task.name must be {SearchTask.name!r} (the task is built from "
                              f"the facts and search sections), got {self.task.name!r}")

@@ -28,7 +28,7 @@ import numpy as np
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import NonNegative, Probability, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_variants, format_numbers
@@ -47,11 +47,13 @@ CURVES = ("entropy", "length", "accuracy")
 @dataclasses.dataclass(frozen=True)
 class VariantsConfig:
     names: tuple[str, ...] = tuple(VARIANTS)  # which of the four variants to train
-    naive_coef: float = 0.1  # coef of -H (full-vocabulary entropy of every token)
-    high_entropy_quantile: float = 0.8  # pg only on tokens at or above this entropy quantile
-    siren_coef: float = 2.0  # coef of (H_bar - anchor)^2
+    naive_coef: NonNegative = 0.1  # coef of -H (full-vocabulary entropy of every token)
+    # pg only on tokens at or above this entropy quantile
+    high_entropy_quantile: Probability = 0.8
+    siren_coef: NonNegative = 2.0  # coef of (H_bar - anchor)^2
 
     def __post_init__(self):
+        check_fields(self, "variants.")  # the Ranges declared above (grpo's for the same fields)
         check_variants(self.names, VARIANTS, "names")
 
 

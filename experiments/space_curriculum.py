@@ -23,12 +23,22 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from typing import Annotated
 
 import numpy as np
 
 from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Range,
+    Seed,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.curricula import make_curriculum
@@ -41,31 +51,47 @@ CURRICULA = ("space", "round_robin", "random", "spdrl")
 @dataclasses.dataclass(frozen=True)
 class InstanceConfig:
     features: tuple[str, ...] = ("length", "force_mag")
-    values_x: tuple[float, ...] = (0.15, 0.3, 0.5, 0.8, 1.2, 1.8)  # features[0]
-    values_y: tuple[float, ...] = (3.0, 6.0, 10.0, 15.0)  # features[1]
+    # the values of features[0] and features[1] (any finite values: the environment's context
+    # space bounds them)
+    values_x: tuple[Annotated[float, Range()], ...] = (0.15, 0.3, 0.5, 0.8, 1.2, 1.8)
+    values_y: tuple[Annotated[float, Range()], ...] = (3.0, 6.0, 10.0, 15.0)
+
+    def __post_init__(self):
+        check_fields(self, "instances.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class SpaceConfig:
-    eta: float = 0.1  # stagnation threshold on the relative change of the mean value
-    kappa: int = 1  # instances added when the set stagnates (and the initial set size)
+    eta: NonNegative = 0.1  # stagnation threshold on the relative change of the mean value
+    kappa: Count = 1  # instances added when the set stagnates (and the initial set size)
     ordering: str = "improvement"  # "improvement" | "relative_improvement" | "absolute"
     initial: str = "random"  # initial set: "random" kappa instances or the "first" kappa
+
+    def __post_init__(self):
+        check_fields(self, "space.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class SpdrlConfig:
-    epsilon: float = 0.25  # KL trust region per update
-    alpha_offset: int = 10  # updates before the pull toward the target starts
-    zeta: float = 1.6  # alpha = zeta * mean V / KL(p || mu)
-    num_samples: int = 64  # contexts drawn per update for the value estimate
+    epsilon: Positive = 0.25  # KL trust region per update
+    # updates before the pull toward the target starts (0: at once)
+    alpha_offset: NonNegativeInt = 10
+    zeta: NonNegative = 1.6  # alpha = zeta * mean V / KL(p || mu)
+    num_samples: Count = 64  # contexts drawn per update for the value estimate
+
+    def __post_init__(self):
+        check_fields(self, "spdrl.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    seeds: tuple[int, ...] = tuple(range(8))  # seeds per curriculum, vmapped in one program
+    seeds: tuple[Seed, ...] = tuple(range(8))  # seeds per curriculum, vmapped in one program
     curricula: tuple[str, ...] = CURRICULA
-    threshold: float = 400.0  # mean return over all instances (80 % of CartPole's max of 500)
+    # mean return over all instances (80 % of CartPole's max of 500); a return: any finite value
+    threshold: Annotated[float, Range()] = 400.0
+
+    def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
 
 
 @dataclasses.dataclass(frozen=True)

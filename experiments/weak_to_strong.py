@@ -44,7 +44,14 @@ from experiments import CONFIGS
 from jaxrl_suite.algorithms import w2s
 from jaxrl_suite.algorithms.ppo import seed_keys
 from jaxrl_suite.core.checkpoint import Checkpointer
-from jaxrl_suite.core.config import to_dict
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    Probability,
+    Seed,
+    check_fields,
+    to_dict,
+)
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
@@ -60,29 +67,24 @@ PAPER_CLAIM = ("naive fine-tuning on weak labels recovers part of the gap (PGR >
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    seq_len: int = 120  # tokens per row (bytes of text + suffix, left-padded)
-    n_a: int = 512  # half A: the weak model's labelled training rows
-    n_b: int = 1024  # half B: weak-labelled for the students (true labels: the ceiling)
-    n_corpus: int = 4000  # unlabelled texts of the strong model's pretraining
-    n_test: int = 512  # test-split rows every accuracy is measured on
+    seq_len: Count = 120  # tokens per row (bytes of text + suffix, left-padded)
+    n_a: Count = 512  # half A: the weak model's labelled training rows
+    n_b: Count = 1024  # half B: weak-labelled for the students (true labels: the ceiling)
+    n_corpus: Count = 4000  # unlabelled texts of the strong model's pretraining
+    n_test: Count = 512  # test-split rows every accuracy is measured on
 
     def __post_init__(self):
-        for name in ("seq_len", "n_a", "n_b", "n_corpus", "n_test"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "data.")  # the Ranges declared above (screening / dialects sections)
 
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    aux_coef: float = 0.5  # logconf: final weight of the student's hardened predictions
-    warmup_frac: float = 0.1  # logconf: share of training over which the weight ramps up
+    aux_coef: Probability = 0.5  # logconf: final weight of the student's hardened predictions
+    warmup_frac: NonNegative = 0.1  # logconf: share of training over which the weight ramps up
     ramp: str = "authors"  # "authors" (their code: a jump at warmup_frac) or "linear"
 
     def __post_init__(self):
-        if not 0.0 <= self.aux_coef <= 1.0:
-            raise ValueError(f"loss.aux_coef must be in [0, 1], got {self.aux_coef}")
-        if self.warmup_frac < 0:
-            raise ValueError(f"loss.warmup_frac must be >= 0, got {self.warmup_frac}")
+        check_fields(self, "loss.")  # the Ranges declared above
         if self.ramp not in ("authors", "linear"):
             raise ValueError(f"loss.ramp must be 'authors' or 'linear', got {self.ramp!r}")
 
@@ -91,11 +93,12 @@ class LossConfig:
 class RunConfig:
     tasks: tuple[str, ...] = TASKS
     pairs: tuple[str, ...] = ("1x32:2x64", "1x32:2x128", "1x32:4x128")  # weak:strong sizes
-    seeds: tuple[int, ...] = (0, 1, 2)  # vmapped in each stage's program
+    seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped in each stage's program
     scratch_ceiling: bool = True  # also fine-tune each strong size from scratch (no pretraining)
-    log_every: int = 25  # training steps per metrics.jsonl record (mean over seeds)
+    log_every: Count = 25  # training steps per metrics.jsonl record (mean over seeds)
 
     def __post_init__(self):
+        check_fields(self, "run.")  # the Ranges declared above
         check_variants(self.tasks, TASKS, "run.tasks")
         check_seeds(self.seeds)
         if not self.pairs or len(set(self.pairs)) != len(self.pairs):
@@ -110,8 +113,6 @@ class RunConfig:
             except ValueError:
                 raise ValueError(f"run.pairs: {pair!r} is not 'WEAK:STRONG' with sizes "
                                  "'LAYERSxWIDTH' (e.g. '1x32:2x64')") from None
-        if self.log_every < 1:
-            raise ValueError(f"run.log_every must be >= 1, got {self.log_every}")
 
 
 @dataclasses.dataclass(frozen=True)

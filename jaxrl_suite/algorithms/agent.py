@@ -51,6 +51,7 @@ from jaxrl_suite.algorithms.grpo import (
     draw_until_full,
     pool_metrics,
 )
+from jaxrl_suite.core.config import Count, NonNegativeInt, check_fields
 from jaxrl_suite.core.parallel import host_local, shard_batch
 from jaxrl_suite.core.train import TrainState
 from jaxrl_suite.envs.text.base import Example
@@ -69,28 +70,25 @@ EXECUTORS = ("process", "thread", "ray")
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
-    max_turns: int = 4  # model turns per episode (the last must answer)
-    episode_tokens: int = 256  # N: tokens of the whole trajectory after the prompt
-    obs_chars: int = 160  # a tool's output is cut to this many characters
+    max_turns: Count = 4  # model turns per episode (the last must answer)
+    episode_tokens: Count = 256  # N: tokens of the whole trajectory after the prompt
+    obs_chars: Count = 160  # a tool's output is cut to this many characters
     tools: bool = True  # False: the no-tools baseline (any tool call is an error observation)
     dispatcher: str = "pipeline"  # "batch" (async_batch) | "pipeline" (async_pipeline)
-    concurrency: int = 0  # episodes in flight at once (0 = the whole rollout)
-    lm_batch: int = 0  # most rows of one LM call (0 = concurrency); padded to powers of two
-    min_lm_batch: int = 8  # the smallest padded LM call (fewer shapes, fewer compiles)
+    concurrency: NonNegativeInt = 0  # episodes in flight at once (0 = the whole rollout)
+    # most rows of one LM call (0 = concurrency); padded to powers of two
+    lm_batch: NonNegativeInt = 0
+    min_lm_batch: Count = 8  # the smallest padded LM call (fewer shapes, fewer compiles)
     executor: str = "process"  # tools and rewards: "process" | "thread" | "ray"
-    workers: int = 2  # workers of each executor (tools, rewards)
-    max_staleness: int = 0  # off-policy: rollouts may use parameters this many updates old
+    workers: Count = 2  # workers of each executor (tools, rewards)
+    # off-policy: rollouts may use parameters this many updates old (0 = on-policy)
+    max_staleness: NonNegativeInt = 0
     # Generate in the background thread even at max_staleness = 0 (each rollout then waits for
     # the update before it: the synchronous schedule, through the asynchronous machinery).
     background: bool = False
 
     def __post_init__(self):
-        for name in ("max_turns", "episode_tokens", "obs_chars", "workers", "min_lm_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("concurrency", "lm_batch", "max_staleness"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"agent.{name} must be >= 0, got {getattr(self, name)}")
+        check_fields(self, "agent.")  # the Ranges declared above
         if self.dispatcher not in DISPATCHERS:
             raise ValueError(f"agent.dispatcher must be one of {DISPATCHERS}, got "
                              f"{self.dispatcher!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,13 @@ import numpy as np
 
 from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch, SFTTrainer
 from jaxrl_suite.algorithms.lm_study import LMStudy
-from jaxrl_suite.core.config import ConfigError
+from jaxrl_suite.core.config import (
+    ConfigError,
+    Count,
+    NonNegativeInt,
+    Range,
+    check_fields,
+)
 from jaxrl_suite.envs.text import Task
 from jaxrl_suite.losses.common import token_logprobs
 from jaxrl_suite.losses.coupled_grpo import ESTIMATORS
@@ -129,24 +136,21 @@ def estimator_variance(scorers: dict[str, DiffusionScorer], params, seq: SeqBatc
 class DiffusionConfig:
     """How a diffusion LM decodes and how RL estimates its log-probs."""
 
-    steps: int = 40  # decoding steps for max_new_tokens positions (tokens per step = N / steps)
+    steps: Count = 40  # decoding steps for max_new_tokens positions (tokens per step = N / steps)
     order: str = "entropy"  # unmasking order: confidence | entropy | random
-    block_size: int = 0  # semi-autoregressive blocks (0 = one block, the whole completion)
+    # semi-autoregressive blocks (0 = one block, the whole completion)
+    block_size: NonNegativeInt = 0
     estimator: str = "coupled"  # the RL log-prob estimator (losses.coupled_grpo.ESTIMATORS)
-    mask_eps: float = 1e-3  # the SFT objective's floor on t
+    mask_eps: Annotated[float, Range(gt=0, lt=1)] = 1e-3  # the SFT objective's floor on t
     shift: bool = False  # position i - 1 predicts token i (DiffusionLM.shift; Dream/DiffuCoder)
 
     def __post_init__(self):
+        check_fields(self, "diffusion.")  # the Ranges declared above
         if self.order not in ORDERS:
             raise ValueError(f"diffusion.order must be one of {list(ORDERS)}, got {self.order!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"diffusion.estimator must be one of {list(ESTIMATORS)}, got "
                              f"{self.estimator!r}")
-        if self.steps <= 0 or self.block_size < 0:
-            raise ValueError(f"diffusion.steps must be positive and diffusion.block_size >= 0, "
-                             f"got {self.steps} and {self.block_size}")
-        if not 0 < self.mask_eps < 1:
-            raise ValueError(f"diffusion.mask_eps must be in (0, 1), got {self.mask_eps}")
 
 
 class DiffusionStudy(LMStudy):

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState, SeqBatch
+from jaxrl_suite.core.config import Count, Positive, Probability, check_fields
 from jaxrl_suite.core.parallel import gather_rows, host_local
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
 from jaxrl_suite.envs.text import Example, iteration_prompt
@@ -36,18 +37,17 @@ from jaxrl_suite.envs.text import Example, iteration_prompt
 
 @dataclasses.dataclass(frozen=True)
 class ExItConfig:
-    p_select: float = 0.5  # probability of starting from a buffer entry (once it holds min_size)
-    p_div: float = 0.1  # probability of a self-divergent step
-    capacity: int = 1024  # buffer entries
-    min_size: int = 64  # sample from the buffer only once it holds this many entries
-    rank_temperature: float = 1.0  # T of the rank-based sampling weights
+    # probability of starting from a buffer entry (once it holds min_size)
+    p_select: Probability = 0.5
+    p_div: Probability = 0.1  # probability of a self-divergent step
+    capacity: Count = 1024  # buffer entries
+    min_size: Count = 64  # sample from the buffer only once it holds this many entries
+    rank_temperature: Positive = 1.0  # T of the rank-based sampling weights
     diversity_bonus: bool = True  # scale successful responses' advantages by their diversity
-    max_previous_chars: int = 48  # how much of the previous answer a prompt shows
+    max_previous_chars: Count = 48  # how much of the previous answer a prompt shows
 
     def __post_init__(self):
-        self.buffer(1)  # validates the buffer fields, naming the one at fault
-        if self.max_previous_chars < 1:
-            raise ValueError(f"max_previous_chars must be >= 1, got {self.max_previous_chars}")
+        check_fields(self, "exit.")  # the Ranges declared above (the buffer's own checks too)
 
     def buffer(self, response_len: int) -> ExItBuffer:
         return ExItBuffer(capacity=self.capacity, response_len=response_len,

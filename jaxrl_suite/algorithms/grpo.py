@@ -194,7 +194,7 @@ class GRPOConfig:
     entropy_coef: NonNegative = 0.0
     siren_top_p: UnitInterval = 0.9
     siren_quantile: Probability = 0.8  # regularise the tokens at or above this entropy quantile
-    siren_anchor: float | None = None
+    siren_anchor: NonNegative | None = None  # an entropy (nats), >= 0
     # High-entropy-only policy gradient ("80/20", TRL's top_entropy_quantile = 1 - this): keep the
     # pg term of the tokens at or above this entropy quantile of the batch; None = every token.
     high_entropy_quantile: Probability | None = None
@@ -289,11 +289,6 @@ class GRPOConfig:
         if self.draft_k is not None and self.draft_k not in DRAFT_KS:
             raise ValueError(f"grpo.draft_k must be null (adaptive) or one of {list(DRAFT_KS)}, "
                              f"got {self.draft_k}")
-        if self.drafter_steps < 0:
-            raise ValueError(f"grpo.drafter_steps must be >= 0, got {self.drafter_steps}")
-        if self.drafter_reward_tau is not None and self.drafter_reward_tau <= 0:
-            raise ValueError(f"grpo.drafter_reward_tau must be positive or null, got "
-                             f"{self.drafter_reward_tau}")
 
 
 def _check_scorer_config(c: GRPOConfig, sampler) -> None:

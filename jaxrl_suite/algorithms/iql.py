@@ -33,7 +33,7 @@ so after a non-finite gradient the run halts at its last finite parameters); the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import flax.struct
 import jax
@@ -41,6 +41,15 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_suite.algorithms.offline_data import Transitions, transitions
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    Positive,
+    Probability,
+    Range,
+    UnitInterval,
+    check_fields,
+)
 from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import action_scale_shift, evaluate_policy
@@ -53,24 +62,21 @@ REWARD_NORMALIZATIONS = ("minmax", "none")
 
 @dataclasses.dataclass(frozen=True)
 class IQLConfig:
-    hidden: tuple[int, ...] = (64, 64)  # widths of the policy, Q and V MLPs
-    batch_size: int = 256  # transitions per step
-    steps: int = 10_000  # gradient steps
-    lr: float = 3e-4  # Adam for Q, V and the policy (the policy's decays to 0 by a cosine)
-    gamma: float = 0.99
-    expectile: float = 0.7  # tau of the value's expectile regression
-    beta: float = 3.0  # inverse temperature of the advantage weights
-    max_weight: float = 100.0  # the advantage weights are clipped here
-    polyak: float = 0.005  # target-critic update rate
+    hidden: tuple[Count, ...] = (64, 64)  # widths of the policy, Q and V MLPs
+    batch_size: Count = 256  # transitions per step
+    steps: Count = 10_000  # gradient steps
+    lr: NonNegative = 3e-4  # Adam for Q, V and the policy (the policy's decays to 0 by a cosine)
+    gamma: Probability = 0.99  # discount factor
+    # tau of the value's expectile regression
+    expectile: Annotated[float, Range(gt=0, lt=1)] = 0.7
+    beta: NonNegative = 3.0  # inverse temperature of the advantage weights (0 = plain BC)
+    max_weight: Positive = 100.0  # the advantage weights are clipped here
+    polyak: UnitInterval = 0.005  # target-critic update rate (1 = copy Q each step)
     reward_normalization: Literal["minmax", "none"] = "minmax"
-    eval_episodes: int = 10  # episodes of the policy's mean action in the final evaluation
+    eval_episodes: Count = 10  # episodes of the policy's mean action in the final evaluation
 
     def __post_init__(self):
-        for name in ("batch_size", "steps", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.expectile < 1.0:
-            raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
+        check_fields(self, "iql.")  # the Ranges declared above
         if self.reward_normalization not in REWARD_NORMALIZATIONS:
             raise ValueError(f"reward_normalization '{self.reward_normalization}' is not one of "
                              f"{list(REWARD_NORMALIZATIONS)}")
@@ -78,16 +84,14 @@ class IQLConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BCConfig:
-    hidden: tuple[int, ...] = (64, 64)  # policy MLP widths
-    batch_size: int = 256  # transitions per step
-    steps: int = 5_000  # gradient steps
-    lr: float = 3e-4  # Adam
-    eval_episodes: int = 10  # episodes of the policy's mean action in the final evaluation
+    hidden: tuple[Count, ...] = (64, 64)  # policy MLP widths
+    batch_size: Count = 256  # transitions per step
+    steps: Count = 5_000  # gradient steps
+    lr: NonNegative = 3e-4  # Adam
+    eval_episodes: Count = 10  # episodes of the policy's mean action in the final evaluation
 
     def __post_init__(self):
-        for name in ("batch_size", "steps", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "bc.")  # the Ranges declared above
 
 
 def normalize_rewards(rewards: jax.Array, method: str = "minmax") -> jax.Array:

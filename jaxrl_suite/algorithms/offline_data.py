@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import flax.struct
 import jax
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.ppo import PPO, PPOConfig
+from jaxrl_suite.core.config import Count, Probability, Range, check_fields
 from jaxrl_suite.envs.offline import (
     check_dataset,
     check_preferences,
@@ -47,21 +48,19 @@ DATASETS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 @dataclasses.dataclass(frozen=True)
 class OfflineDataConfig:
     ppo: PPOConfig = PPOConfig()  # the agent that generates the data
-    snapshots: int = 5  # policy snapshots after equal chunks of PPO training (plus the initial)
-    epsilon: float = 0.1  # probability of a uniformly random action in the behaviour policy
-    num_envs: int = 8  # parallel environments per rollout
-    steps_per_env: int = 500  # transitions per environment per policy
-    medium_score: float = 50.0  # normalised score the medium snapshot is chosen closest to
+    # policy snapshots after equal chunks of PPO training (plus the initial)
+    snapshots: Count = 5
+    epsilon: Probability = 0.1  # probability of a uniformly random action in the behaviour policy
+    num_envs: Count = 8  # parallel environments per rollout
+    steps_per_env: Count = 500  # transitions per environment per policy
+    # normalised score the medium snapshot is chosen closest to (any finite value)
+    medium_score: Annotated[float, Range()] = 50.0
 
     def __post_init__(self):
-        if self.snapshots < 1 or self.ppo.num_updates % self.snapshots:
-            raise ValueError(f"snapshots={self.snapshots} must be >= 1 and divide the "
+        check_fields(self, "data.")  # the Ranges declared above
+        if self.ppo.num_updates % self.snapshots:
+            raise ValueError(f"snapshots={self.snapshots} must divide the "
                              f"{self.ppo.num_updates} PPO iterations")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
-        for name in ("num_envs", "steps_per_env"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 class Transitions(flax.struct.PyTreeNode):

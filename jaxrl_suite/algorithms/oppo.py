@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.offline_data import PreferenceData, preference_data
+from jaxrl_suite.core.config import Count, NonNegative, Positive, check_fields
 from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import action_scale_shift, evaluate_policy, gather_segments
@@ -41,23 +42,21 @@ from jaxrl_suite.models.oppo import ContextPolicy, SegmentEncoder
 
 @dataclasses.dataclass(frozen=True)
 class OPPOConfig:
-    segment_length: int = 20  # K: steps per segment (must match the preferences' segments)
-    z_dim: int = 8  # size of the hindsight context z
-    hidden: tuple[int, ...] = (64, 64)  # encoder and policy MLP widths
-    batch_pairs: int = 64  # labelled pairs per step
-    steps: int = 2000  # training steps
-    lr: float = 1e-3  # Adam, encoder and policy
-    z_lr: float = 1e-3  # Adam, z*
-    lambda_pref: float = 0.1  # weight of the triplet loss in the encoder/policy objective
-    lambda_norm: float = 0.1  # weight of the (||phi|| - 1)^2 regulariser
-    margin: float = 1.0  # triplet margin
-    max_grad_norm: float = 0.25  # global-norm clipping of the encoder/policy update
-    eval_episodes: int = 10  # episodes of the z*-conditioned policy per evaluation
+    segment_length: Count = 20  # K: steps per segment (must match the preferences' segments)
+    z_dim: Count = 8  # size of the hindsight context z
+    hidden: tuple[Count, ...] = (64, 64)  # encoder and policy MLP widths
+    batch_pairs: Count = 64  # labelled pairs per step
+    steps: Count = 2000  # training steps
+    lr: NonNegative = 1e-3  # Adam, encoder and policy
+    z_lr: NonNegative = 1e-3  # Adam, z*
+    lambda_pref: NonNegative = 0.1  # weight of the triplet loss in the encoder/policy objective
+    lambda_norm: NonNegative = 0.1  # weight of the (||phi|| - 1)^2 regulariser
+    margin: NonNegative = 1.0  # triplet margin
+    max_grad_norm: Positive = 0.25  # global-norm clipping of the encoder/policy update
+    eval_episodes: Count = 10  # episodes of the z*-conditioned policy per evaluation
 
     def __post_init__(self):
-        for name in ("segment_length", "z_dim", "batch_pairs", "steps", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "oppo.")  # the Ranges declared above
 
 
 class OPPOState(flax.struct.PyTreeNode):

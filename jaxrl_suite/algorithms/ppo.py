@@ -38,6 +38,14 @@ import numpy as np
 import optax
 
 from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Probability,
+    check_fields,
+)
 from jaxrl_suite.core.parallel import place_seeds, print0
 from jaxrl_suite.core.signals import Terminated, sigterm_received
 from jaxrl_suite.core.train import ParamState, TrainAndAgent, apply_gradients
@@ -55,39 +63,39 @@ class PPOConfig:
     """PPO settings; the defaults are PureJaxRL's CartPole-v1 settings."""
 
     env: str = "CartPole-v1"  # one of envs.contextual.ENV_NAMES
-    num_envs: int = 4  # parallel environments per seed
-    num_steps: int = 128  # rollout length per iteration
-    total_timesteps: int = 500_000  # environment steps per seed
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    lr: float = 2.5e-4
+    num_envs: Count = 4  # parallel environments per seed
+    num_steps: Count = 128  # rollout length per iteration
+    total_timesteps: Count = 500_000  # environment steps per seed
+    update_epochs: Count = 4
+    num_minibatches: Count = 4
+    lr: NonNegative = 2.5e-4  # Adam learning rate
     anneal_lr: bool = True  # linear decay to 0 over the run
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    gamma: Probability = 0.99  # discount factor
+    gae_lambda: Probability = 0.95  # GAE lambda
+    clip_eps: NonNegative = 0.2  # ratio clip range
+    ent_coef: NonNegative = 0.01  # weight of the entropy bonus
+    vf_coef: NonNegative = 0.5  # weight of the value loss
+    max_grad_norm: Positive = 0.5  # global-norm gradient clipping
     clip_value: bool = True
     normalize_advantages: bool = True
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[Count, ...] = (64, 64)  # MLP widths
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     context_features: tuple[str, ...] = ()  # the context features that vary (curriculum vectors)
     visible_features: tuple[str, ...] = ()  # features appended to the observation (CARL visible)
     context_sampler: Literal["default", "uniform", "gaussian"] = "default"  # without a curriculum
-    context_width: float = 0.0  # relative width (uniform) or sigma (gaussian) around the default
-    value_resets: int = 4  # initial states averaged into V(s0 | c) for the curriculum
-    eval_every: int = 0  # evaluate on the eval contexts every this many iterations (0 = never)
-    eval_episodes: int = 1  # episodes per eval context
+    # relative width (uniform) or sigma (gaussian) around the default
+    context_width: NonNegative = 0.0
+    value_resets: Count = 4  # initial states averaged into V(s0 | c) for the curriculum
+    # evaluate on the eval contexts every this many iterations (0 = never)
+    eval_every: NonNegativeInt = 0
+    eval_episodes: Count = 1  # episodes per eval context
     eval_deterministic: bool = True  # evaluate the policy's mode instead of samples
     # Also log grad_norm and param_norm (update_norm is always logged): ~4 % of an iteration on
     # a CPU at the CartPole sizes (`core.train.apply_gradients(norms=...)`).
     log_norms: bool = False
 
     def __post_init__(self):
-        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "value_resets"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "ppo.")  # the Ranges declared above
         if self.num_updates < 1:
             raise ValueError(
                 f"total_timesteps={self.total_timesteps} is less than one iteration "
@@ -98,7 +106,7 @@ class PPOConfig:
                 f"num_minibatches={self.num_minibatches} must divide num_envs * num_steps = "
                 f"{self.num_envs * self.num_steps}"
             )
-        if self.eval_every < 0 or (self.eval_every and self.num_updates % self.eval_every):
+        if self.eval_every and self.num_updates % self.eval_every:
             raise ValueError(
                 f"eval_every={self.eval_every} must divide the {self.num_updates} iterations"
             )

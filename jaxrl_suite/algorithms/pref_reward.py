@@ -29,6 +29,7 @@ import optax
 
 from jaxrl_suite.algorithms import iql
 from jaxrl_suite.algorithms.offline_data import PreferenceData, Transitions, preference_data
+from jaxrl_suite.core.config import Count, NonNegative, check_fields
 from jaxrl_suite.core.train import TrainAndAgent, apply_gradients
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import gather_segments
@@ -38,16 +39,14 @@ from jaxrl_suite.models.offline import RewardNet
 
 @dataclasses.dataclass(frozen=True)
 class RewardModelConfig:
-    segment_length: int = 20  # K: steps per segment (must match the preferences' segments)
-    hidden: tuple[int, ...] = (64, 64)  # reward MLP widths
-    batch_pairs: int = 64  # labelled pairs per step
-    steps: int = 2000  # gradient steps
-    lr: float = 3e-4  # Adam
+    segment_length: Count = 20  # K: steps per segment (must match the preferences' segments)
+    hidden: tuple[Count, ...] = (64, 64)  # reward MLP widths
+    batch_pairs: Count = 64  # labelled pairs per step
+    steps: Count = 2000  # gradient steps
+    lr: NonNegative = 3e-4  # Adam
 
     def __post_init__(self):
-        for name in ("segment_length", "batch_pairs", "steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "reward.")  # the Ranges declared above
 
 
 class RewardState(flax.struct.PyTreeNode):

@@ -51,6 +51,14 @@ import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.ppo import seed_keys
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Probability,
+    check_fields,
+)
 from jaxrl_suite.core.parallel import place_seeds
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.core.train import TrainAndAgent, apply_gradients, init_param_state
@@ -80,28 +88,24 @@ class PolicyConfig:
 class RCBCConfig:
     """Dataset and optimiser settings of return-conditioned behaviour cloning."""
 
-    num_episodes: int = 1024  # trajectories collected from the behaviour policy
-    eps_max: float = 0.0  # per-episode random-action probability ~ U[0, eps_max]
-    batch_size: int = 64  # trajectories per update
-    num_updates: int = 2000
-    lr: float = 3e-4
-    warmup: int = 100
-    weight_decay: float = 1e-4
-    max_grad_norm: float = 1.0
-    return_scale: float = 1.0  # the return-to-go enters the token divided by this
-    log_every: int = 50  # the loss is averaged over blocks of this many updates
+    num_episodes: Count = 1024  # trajectories collected from the behaviour policy
+    eps_max: Probability = 0.0  # per-episode random-action probability ~ U[0, eps_max]
+    batch_size: Count = 64  # trajectories per update
+    num_updates: Count = 2000
+    lr: NonNegative = 3e-4  # peak AdamW learning rate
+    warmup: NonNegativeInt = 100  # linear warm-up updates (0 = none)
+    weight_decay: NonNegative = 1e-4  # AdamW weight decay
+    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
+    return_scale: Positive = 1.0  # the return-to-go enters the token divided by this
+    log_every: Count = 50  # the loss is averaged over blocks of this many updates
 
     def __post_init__(self):
-        for name in ("num_episodes", "batch_size", "num_updates", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"rcbc.{name} must be >= 1, got {getattr(self, name)}")
+        check_fields(self, "rcbc.")  # the Ranges declared above
         if self.num_updates % self.log_every:
             raise ValueError(
                 f"rcbc.num_updates={self.num_updates} must be a multiple of "
                 f"rcbc.log_every={self.log_every}"
             )
-        if not 0.0 <= self.eps_max <= 1.0:
-            raise ValueError(f"rcbc.eps_max must be in [0, 1], got {self.eps_max}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
@@ -41,20 +42,15 @@ from jaxrl_suite.models.value import ValueLM
 
 @dataclasses.dataclass(frozen=True)
 class ValueConfig:
-    steps: int = 200  # regression updates of `fit` (and the cosine decay horizon)
-    batch_size: int = 32  # states per update (and per `predict` call by default)
-    lr: float = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10% over `steps`)
-    warmup_steps: int = 0  # linear warm-up steps
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # global-norm gradient clipping
+    steps: Count = 200  # regression updates of `fit` (and the cosine decay horizon)
+    batch_size: Count = 32  # states per update (and per `predict` call by default)
+    lr: Positive = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10% over `steps`)
+    warmup_steps: NonNegativeInt = 0  # linear warm-up steps (0 = none)
+    weight_decay: NonNegative = 0.0  # AdamW weight decay
+    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "lr", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"value.{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "weight_decay"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"value.{name} must be >= 0, got {getattr(self, name)}")
+        check_fields(self, "value.")  # the Ranges declared above
 
 
 class ValueBatch(NamedTuple):

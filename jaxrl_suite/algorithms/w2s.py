@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.core.train import apply_gradients, init_param_state, make_optimizer
 from jaxrl_suite.envs.text.base import Example, Task
@@ -75,36 +76,34 @@ def _dialects_view(task: Task, ex: Example) -> tuple[str, int]:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = 500  # AdamW steps of next-token prediction on the corpus
-    batch_size: int = 32  # texts per step (sampled with replacement)
-    lr: float = 2e-3  # peak learning rate (warm-up then cosine decay to lr / 10)
-    warmup: int = 50  # warm-up steps
-    weight_decay: float = 0.01
+    steps: Count = 500  # AdamW steps of next-token prediction on the corpus
+    batch_size: Count = 32  # texts per step (sampled with replacement)
+    lr: Positive = 2e-3  # peak learning rate (warm-up then cosine decay to lr / 10)
+    warmup: NonNegativeInt = 50  # warm-up steps (< steps)
+    weight_decay: NonNegative = 0.01  # AdamW weight decay
 
     def __post_init__(self):
-        _check_opt(self, "pretrain")
+        check_fields(self, "pretrain.")  # the Ranges declared above
+        _check_warmup(self, "pretrain")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 300  # AdamW steps of classifier fine-tuning
-    batch_size: int = 32  # rows per step (sampled with replacement)
-    lr: float = 1e-3  # peak learning rate (warm-up then cosine decay to lr / 10)
-    warmup: int = 20  # warm-up steps
-    weight_decay: float = 0.01
+    steps: Count = 300  # AdamW steps of classifier fine-tuning
+    batch_size: Count = 32  # rows per step (sampled with replacement)
+    lr: Positive = 1e-3  # peak learning rate (warm-up then cosine decay to lr / 10)
+    warmup: NonNegativeInt = 20  # warm-up steps (< steps)
+    weight_decay: NonNegative = 0.01  # AdamW weight decay
 
     def __post_init__(self):
-        _check_opt(self, "train")
+        check_fields(self, "train.")  # the Ranges declared above (the weak / strong sections)
+        _check_warmup(self, "train")
 
 
-def _check_opt(cfg, prefix: str) -> None:
-    for name in ("steps", "batch_size"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.lr <= 0:
-        raise ValueError(f"{prefix}.lr must be > 0, got {cfg.lr}")
-    if not 0 <= cfg.warmup < cfg.steps:
-        raise ValueError(f"{prefix}.warmup must be in [0, steps), got {cfg.warmup}")
+def _check_warmup(cfg, prefix: str) -> None:
+    if not cfg.warmup < cfg.steps:
+        raise ValueError(f"{prefix}.warmup must be < {prefix}.steps ({cfg.steps}), got "
+                         f"{cfg.warmup}")
 
 
 def _optimizer(cfg) -> optax.GradientTransformation:

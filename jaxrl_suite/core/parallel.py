@@ -25,29 +25,36 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from typing import Annotated
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxrl_suite.core.config import Range, check_fields
+
 DATA_AXIS = "data"
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # a batch's leading dimension is split over these
+
+
+# A mesh axis size: >= 1, or -1 for "the rest of the devices" (0 is refused by MeshConfig).
+AxisSize = Annotated[int, Range(ge=-1)]
 
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """Sizes of the mesh axes; one of them may be -1 ("the rest of the devices")."""
 
-    data: int = -1  # data parallelism: replicas of the (sharded) model, each with batch rows
-    fsdp: int = 1  # parameters, gradients and optimizer state sharded; batch rows too
-    tensor: int = 1  # attention heads and the MLP hidden dimension split (Megatron style)
+    data: AxisSize = -1  # data parallelism: replicas of the (sharded) model, each with batch rows
+    fsdp: AxisSize = 1  # parameters, gradients and optimizer state sharded; batch rows too
+    tensor: AxisSize = 1  # attention heads and the MLP hidden dimension split (Megatron style)
 
     def __post_init__(self):
+        check_fields(self, "run.mesh.")  # the Ranges declared above (>= -1; 0 is refused below)
         sizes = dataclasses.asdict(self)
-        bad = [f"{k}={v}" for k, v in sizes.items() if v == 0 or v < -1]
-        if bad or list(sizes.values()).count(-1) > 1:
+        if 0 in sizes.values() or list(sizes.values()).count(-1) > 1:
             raise ValueError(f"run.mesh: every axis size must be >= 1, or -1 for at most one "
                              f"axis; got {', '.join(f'{k}={v}' for k, v in sizes.items())}")
 

@@ -39,6 +39,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl_suite.core.config import Count, NonNegative, Probability, check_fields
 from jaxrl_suite.kernels.lru_memory import (
     DEFAULT_ALPHA,
     lru_memory_update,
@@ -48,15 +49,15 @@ from jaxrl_suite.kernels.lru_memory import (
 
 @dataclasses.dataclass(frozen=True)
 class ELMURConfig:
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 256
-    mem_slots: int = 8  # M, per layer
-    segment_len: int = 16  # L, tokens per segment
-    max_rel_dist: int = 1024  # relative-time bias table covers |dt| < max_rel_dist (clipped)
-    alpha: float = DEFAULT_ALPHA  # LRU blend weight of the candidate for a full slot
-    mem_init_std: float = 0.02
+    d_model: Count = 64
+    n_layers: Count = 2
+    n_heads: Count = 4
+    d_ff: Count = 256
+    mem_slots: Count = 8  # M, per layer
+    segment_len: Count = 16  # L, tokens per segment
+    max_rel_dist: Count = 1024  # relative-time bias table covers |dt| < max_rel_dist (clipped)
+    alpha: Probability = DEFAULT_ALPHA  # LRU blend weight of the candidate for a full slot
+    mem_init_std: NonNegative = 0.02  # std of the initial memory vectors
     use_read: bool = True
     use_write: bool = True
     use_lru: bool = True
@@ -65,11 +66,9 @@ class ELMURConfig:
     pre_norm: bool = True  # False: post-LN sublayers LN(x + f(x)), the authors' T-Maze setting
 
     def __post_init__(self):
+        check_fields(self, "elmur.")  # the Ranges declared above
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must divide by n_heads={self.n_heads}")
-        for name in ("n_layers", "mem_slots", "segment_len", "max_rel_dist"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 class Memory(NamedTuple):

@@ -38,6 +38,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxrl_suite.core.config import NonNegativeInt, Positive
 from jaxrl_suite.models import lora as _lora
 from jaxrl_suite.models.lm import LMConfig, stack_layers, unstack_layers
 
@@ -72,12 +73,12 @@ class ModelConfig(LMConfig):
     weights W frozen (from scratch or from `hf_path` alike)."""
 
     hf_path: str | None = None  # e.g. --set model.hf_path=/models/Qwen2.5-0.5B
-    lora_rank: int = 0  # LoRA rank r (0 = off: every parameter trains)
-    lora_alpha: float = 16.0  # LoRA scale: the update is (lora_alpha / lora_rank) x A B
+    lora_rank: NonNegativeInt = 0  # LoRA rank r (0 = off: every parameter trains)
+    lora_alpha: Positive = 16.0  # LoRA scale: the update is (lora_alpha / lora_rank) x A B
     lora_targets: tuple[str, ...] = _lora.TARGETS  # of q, k, v, o (attention), gate, up, down
 
     def __post_init__(self):
-        super().__post_init__()
+        super().__post_init__()  # check_fields(self, "model."): every field's Range, lora_* too
         _lora.check_lora(self.lora_rank, self.lora_alpha, self.lora_targets)
 
     @property
@@ -166,7 +167,7 @@ def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.jso
             attention_impl=attention_impl,
         )
     except ValueError as e:  # say it in config.json's field names
-        msg = str(e).replace("LMConfig.", "")
+        msg = re.sub(r"config field 'model\.(\w+)'", r"\1", str(e)).replace("LMConfig.", "")
         for ours, theirs in _FIELD_NAMES.items():
             msg = re.sub(rf"\b{ours}\b", f"'{theirs}'", msg)
         raise HFCheckpointError(f"{where}: {msg}") from None

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrl_suite.core.config import Count, Positive, check_fields
 from jaxrl_suite.models.sharding import constrain
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -66,18 +67,18 @@ SCAN_LAYERS_FROM = 8  # scan_layers=None scans the layers of models with at leas
 class LMConfig:
     """Sizes and options of `CausalLM`."""
 
-    vocab_size: int = 384  # ByT5 byte tokenizer size
-    d_model: int = 128  # residual stream width
-    n_layers: int = 4  # number of transformer blocks
-    n_heads: int = 4  # query heads
-    n_kv_heads: int = 4  # key/value heads; GQA when < n_heads; must divide n_heads
-    d_ff: int = 512  # SwiGLU hidden size
-    max_len: int = 512  # max positions (RoPE is computed on the fly; this bounds cache sizes)
-    rope_theta: float = 10000.0  # RoPE base frequency
+    vocab_size: Count = 384  # ByT5 byte tokenizer size
+    d_model: Count = 128  # residual stream width
+    n_layers: Count = 4  # number of transformer blocks
+    n_heads: Count = 4  # query heads
+    n_kv_heads: Count = 4  # key/value heads; GQA when < n_heads; must divide n_heads
+    d_ff: Count = 512  # SwiGLU hidden size
+    max_len: Count = 512  # max positions (RoPE is computed on the fly; this bounds cache sizes)
+    rope_theta: Positive = 10000.0  # RoPE base frequency
     tie_embeddings: bool = True  # logits = h @ embed.T instead of a separate lm_head
-    norm_eps: float = 1e-6  # RMSNorm epsilon
+    norm_eps: Positive = 1e-6  # RMSNorm epsilon
     dtype: str = "float32"  # compute dtype ("float32" | "bfloat16")
-    head_dim: int | None = None  # per-head width; default d_model // n_heads
+    head_dim: Count | None = None  # per-head width (even, for RoPE); default d_model // n_heads
     qkv_bias: bool = False  # Qwen2-style bias on the q/k/v projections
     qk_norm: bool = False  # Qwen3-style RMSNorm of each query/key head (over Dh) before RoPE
     param_dtype: str = "float32"  # dtype every parameter is created and stored in
@@ -88,17 +89,9 @@ class LMConfig:
     attention_impl: str | None = None
 
     def __post_init__(self):
-        for name in (
-            "vocab_size",
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "n_kv_heads",
-            "d_ff",
-            "max_len",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"LMConfig.{name} must be positive, got {getattr(self, name)}")
+        # The Ranges declared above (a subclass's fields too: `models.hf.ModelConfig`, the
+        # experiments' `model` section).
+        check_fields(self, "model.")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"LMConfig.n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}"
@@ -108,17 +101,13 @@ class LMConfig:
                 f"LMConfig.head_dim is None, so n_heads={self.n_heads} must divide "
                 f"d_model={self.d_model}"
             )
-        if self.head_dim is not None and (self.head_dim <= 0 or self.head_dim % 2):
-            raise ValueError(f"LMConfig.head_dim must be positive and even, got {self.head_dim}")
+        if self.head_dim is not None and self.head_dim % 2:
+            raise ValueError(f"LMConfig.head_dim must be even (RoPE), got {self.head_dim}")
         if self.head_dim is None and (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"LMConfig.head_dim (d_model // n_heads = {self.d_model // self.n_heads}) "
                 "must be even for RoPE"
             )
-        if self.rope_theta <= 0:
-            raise ValueError(f"LMConfig.rope_theta must be positive, got {self.rope_theta}")
-        if self.norm_eps <= 0:
-            raise ValueError(f"LMConfig.norm_eps must be positive, got {self.norm_eps}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"LMConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.param_dtype not in _DTYPES:

@@ -49,10 +49,10 @@ Everything here is plain Python on `str`: linear time, never raises on any `str`
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
+from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Range, check_fields
 from jaxrl_suite.rewards.format import ANSWER_CLOSE, ANSWER_OPEN, extract_answer, format_reward
 
 SELECTED, REJECTED = "SELECTED", "REJECTED"
@@ -68,32 +68,23 @@ class CompositeConfig:
     """The weights of the composite reward (module docstring): R = w_C C + w_K K + w_F F
     - p_FS FS - p_FR FR - p_L L. Penalties are magnitudes (>= 0), subtracted."""
 
-    correct: float = 1.0  # w_C: a right decision
-    calibration: float = 0.2  # w_K: the score agrees with the decision
-    format: float = 0.2  # w_F: the exact one-line format
-    false_selected: float = 0.0  # p_FS: penalty of a false SELECTED (y = REJECTED)
-    false_rejected: float = 0.0  # p_FR: penalty of a false REJECTED (y = SELECTED)
-    length: float = 0.1  # p_L: penalty at full length overflow
-    length_free: int = 48  # L_free: characters without length penalty
-    length_max: int = 56  # L_max: characters at which the length penalty is full
-    calibration_threshold: int = 6  # tau: SELECTED <-> score >= tau
-    max_justification: int = 40  # longest justification the format accepts (characters)
+    correct: NonNegative = 1.0  # w_C: a right decision
+    calibration: NonNegative = 0.2  # w_K: the score agrees with the decision
+    format: NonNegative = 0.2  # w_F: the exact one-line format
+    false_selected: NonNegative = 0.0  # p_FS: penalty of a false SELECTED (y = REJECTED)
+    false_rejected: NonNegative = 0.0  # p_FR: penalty of a false REJECTED (y = SELECTED)
+    length: NonNegative = 0.1  # p_L: penalty at full length overflow
+    length_free: NonNegativeInt = 48  # L_free: characters without length penalty (< L_max)
+    length_max: Count = 56  # L_max: characters at which the length penalty is full
+    # tau: SELECTED <-> score >= tau
+    calibration_threshold: Annotated[int, Range(ge=1, le=MAX_SCORE)] = 6
+    max_justification: Count = 40  # longest justification the format accepts (characters)
 
     def __post_init__(self):
-        for name in ("correct", "calibration", "format", "false_selected", "false_rejected",
-                     "length"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not 0 <= self.length_free < self.length_max:
-            raise ValueError(f"length_free must be in [0, length_max), got "
+        check_fields(self, "composite.")  # the Ranges declared above
+        if not self.length_free < self.length_max:
+            raise ValueError(f"length_free must be < length_max, got "
                              f"{self.length_free} (length_max {self.length_max})")
-        if not 0 < self.calibration_threshold <= MAX_SCORE:
-            raise ValueError(f"calibration_threshold must be in 1..{MAX_SCORE}, got "
-                             f"{self.calibration_threshold}")
-        if self.max_justification < 1:
-            raise ValueError(f"max_justification must be >= 1, got "
-                             f"{self.max_justification}")
 
     def weights(self) -> dict[str, float]:
         """{component: signed weight}: R = sum_k weights[k] * component_k."""

@@ -28,20 +28,17 @@ import dataclasses
 
 import numpy as np
 
+from jaxrl_suite.core.config import NonNegative, Positive, check_fields
+
 
 @dataclasses.dataclass(frozen=True)
 class CuriosityConfig:
-    target: float = 0.2  # surprisal (nats per token) at which curiosity peaks
-    width: float = 0.1  # the Gaussian's standard deviation, nats per token
-    penalty: float = 1.0  # value lost per contradiction
+    target: NonNegative = 0.2  # surprisal (nats per token) at which curiosity peaks
+    width: Positive = 0.1  # the Gaussian's standard deviation, nats per token
+    penalty: NonNegative = 1.0  # value lost per contradiction (a magnitude, subtracted)
 
     def __post_init__(self):
-        if not self.width > 0:
-            raise ValueError(f"curiosity.width must be positive, got {self.width}")
-        if not self.target >= 0:
-            raise ValueError(f"curiosity.target must be >= 0, got {self.target}")
-        if not self.penalty >= 0:
-            raise ValueError(f"curiosity.penalty must be >= 0, got {self.penalty}")
+        check_fields(self, "curiosity.")  # the Ranges declared above
 
 
 def step_surprisal(token_logp: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:

@@ -163,7 +163,7 @@ def test_claims_need_both_variants():
 @pytest.mark.parametrize("override, message", [
     ("task.prompt_len=100", "task.prompt_len is 100 but the gui section's prompts take up to"),
     ("task.name=countdown", "task.name must be 'gui_grounding'"),
-    ("gui.min_elements=9", "config section 'gui'"),
+    ("gui.min_elements=9", "config field 'gui.min_elements' must be in [3, 8], got 9"),
     ("variants.names=[aepo,bogus]", "config section 'variants': names must be distinct"),
     ("grpo.max_new_tokens=20", "'grpo.max_new_tokens'"),
 ])

@@ -65,7 +65,7 @@ def test_resume_reruns_only_the_missing_run(smoke_run, capsys):
 @pytest.mark.parametrize("override, message", [
     ("variants.names=[exit,ppo]", "variants.names must be distinct entries"),
     ("task.name=chess", "unknown task 'chess'"),
-    ("exit.p_select=2.0", "p_select must be in [0, 1]"),
+    ("exit.p_select=2.0", "config field 'exit.p_select' must be in [0, 1], got 2.0"),
 ])
 def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
     assert main([*SMOKE, "--set", override, "--out", str(tmp_path)]) == 2

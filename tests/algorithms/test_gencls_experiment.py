@@ -117,7 +117,7 @@ def test_resume_reuses_the_results(smoke, capsys):
 
 @pytest.mark.parametrize("setting, message", [
     ("strategies.names=[ppl]", "'base', which must be listed before it"),
-    ("topics.ambiguous=1.5", "ambiguous must be in [0, 1)"),
+    ("topics.ambiguous=1.5", "config field 'topics.ambiguous' must be in [0, 1), got 1.5"),
     ("task.prompt_len=40", "'task.prompt_len' is 40 but strategy 'base' needs"),
 ])
 def test_bad_input_is_one_line_exit_2(setting, message, tmp_path, capsys):

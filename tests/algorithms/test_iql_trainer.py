@@ -112,7 +112,8 @@ def test_iql_needs_next_observations_and_matching_action_dims(bandit):
     two_d = dict(data, actions=np.zeros((len(data["rewards"]), 2), np.float32))
     with pytest.raises(ValueError, match="'actions' has 2 dimensions, the environment has 1"):
         make_train_bc(BCConfig(**SMALL), pend).agent.prepare(two_d)
-    with pytest.raises(ValueError, match="expectile must be in"):
+    with pytest.raises(ValueError,
+                       match=r"config field 'iql.expectile' must be in \(0, 1\), got 1.0"):
         dataclasses.replace(IQLConfig(), expectile=1.0)
 
 

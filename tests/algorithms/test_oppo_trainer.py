@@ -120,5 +120,5 @@ def test_bad_preferences_name_the_field(pendulum):
         oppo.prepare(data, {"starts": prefs["starts"][:, :1], "label": prefs["label"]})
     with pytest.raises(ValueError, match="runs past the 160 rows"):
         oppo.prepare(data, {"starts": jnp.array([[0, 158]]), "label": jnp.ones(1)})
-    with pytest.raises(ValueError, match="steps must be >= 1"):
+    with pytest.raises(ValueError, match="config field 'oppo.steps' must be >= 1, got 0"):
         OPPOConfig(steps=0)

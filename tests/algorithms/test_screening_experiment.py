@@ -157,7 +157,8 @@ def test_resume_reuses_finished_runs(smoke, capsys):
 @pytest.mark.parametrize("override, message", [
     ("grpo.collapse_entropy=0", "grpo.collapse_entropy must be > 0"),
     ("grpo.beta=0", "grpo.beta must be > 0"),
-    ("weights.aggressive.false_selected=-1", "false_selected must be a finite number >= 0"),
+    ("weights.aggressive.false_selected=-1",
+     "config field 'weights.aggressive.false_selected' must be >= 0, got -1.0"),
     ("weights.names=[aggressive,bogus]", "names must be distinct entries"),
     ("task.name=arithmetic", "task.name must be 'screening'"),
     ("weights.gentle.lenght=1", "unknown config key 'weights.gentle.lenght'"),

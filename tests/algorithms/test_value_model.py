@@ -133,7 +133,7 @@ def test_init_from_policy_copies_the_backbone(setup):
     (dict(weight_decay=-0.1), "value.weight_decay"),
 ])
 def test_bad_config_raises_one_line(changes, field):
-    with pytest.raises(ValueError, match=rf"^{field} must be [^\n]*$"):
+    with pytest.raises(ValueError, match=rf"^config field '{field}' must be [^\n]*$"):
         ValueConfig(**changes)
 
 

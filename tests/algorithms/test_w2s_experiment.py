@@ -80,7 +80,7 @@ def test_claims_follow_the_numbers():
     ("run.tasks=[imdb]", "run.tasks"),
     ("run.pairs=[1x32]", "run.pairs"),
     ("run.seeds=[0,0]", "run.seeds"),
-    ("dialects.n_b=0", "data.n_b"),
+    ("dialects.n_b=0", "config field 'dialects.n_b' must be >= 1, got 0"),
     ("loss.aux_coef=2.0", "loss.aux_coef"),
     ("strong.warmup=500", "train.warmup"),
 ])

@@ -106,8 +106,10 @@ def test_targets_select_the_modules_and_bad_fields_are_one_line_errors():
     assert LoraConfig().targets == TARGETS == ("q", "k", "v", "o", "gate", "up", "down")
     assert ModelConfig().lora is None
     assert ModelConfig(lora_rank=8, lora_targets=("q",)).lora == LoraConfig(8, 16.0, ("q",))
-    for kwargs, match in ((dict(lora_rank=-1), "model.lora_rank must be an integer >= 0"),
-                          (dict(lora_rank=4, lora_alpha=0.0), "model.lora_alpha must be positive"),
+    for kwargs, match in ((dict(lora_rank=-1),
+                           "config field 'model.lora_rank' must be >= 0, got -1"),
+                          (dict(lora_rank=4, lora_alpha=0.0),
+                           "config field 'model.lora_alpha' must be > 0, got 0.0"),
                           (dict(lora_targets=("q", "qkv")), "model.lora_targets .* 'qkv'"),
                           (dict(lora_targets=()), r"model.lora_targets .*\(empty\)"),
                           (dict(lora_targets=("q", "q")), "model.lora_targets .*duplicates")):

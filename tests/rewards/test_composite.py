@@ -4,7 +4,6 @@ synthetic collapse and on the GRPO trainer's own metrics."""
 
 import dataclasses
 import re
-import time
 
 import jax
 import numpy as np
@@ -117,7 +116,8 @@ def test_aggressive_weighting_prefers_rejecting_when_unsure():
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="false_selected must be a finite number >= 0"):
+    with pytest.raises(ValueError,
+                       match="config field 'composite.false_selected' must be >= 0, got -1.0"):
         CompositeConfig(false_selected=-1.0)
     with pytest.raises(ValueError, match="length_free"):
         CompositeConfig(length_free=80, length_max=72)
@@ -198,7 +198,7 @@ def test_matches_independent_reference(cfg):
     assert 0.2 < np.mean(comps["format"]) < 0.9  # the corpus has both kinds
 
 
-def test_hostile_input_never_raises_and_is_linear():
+def test_hostile_input_never_raises():
     hostile = ["", "<answer>", "</answer><answer>", "<answer>|||||</answer>", "\x00" * 10,
                "<answer>SELECTED|" + "9" * 10_000 + "|x</answer>", "\ud800", "<answer>" * 5000,
                "<answer>SELECTED|８|x</answer>", "<answer>SELECTED|²|x</answer>"]
@@ -206,10 +206,12 @@ def test_hostile_input_never_raises_and_is_linear():
         c = composite_components(text, "SELECTED", CFG)
         assert all(np.isfinite(v) for v in c.values())
         assert c["format"] == 0.0 and c["calibration"] == 0.0
+    # a megabyte with no closing tag: no decision, no format, full length overflow (how fast:
+    # benchmarks/bench_hostile.py)
     big = "<answer>SELECTED|8|" + "a|" * 500_000
-    t0 = time.perf_counter()
-    composite_components(big, "REJECTED", CFG)
-    assert time.perf_counter() - t0 < 1.0
+    assert composite_components(big, "REJECTED", CFG) == {
+        "correct": 0.0, "false_selected": 0.0, "false_rejected": 0.0, "calibration": 0.0,
+        "format": 0.0, "length": 1.0}
 
 
 # ---- the collapse report ----

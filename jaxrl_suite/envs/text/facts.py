@@ -50,10 +50,11 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import Annotated, ClassVar, NamedTuple
 
 import numpy as np
 
+from jaxrl_suite.core.config import Probability, Range, check_fields
 from jaxrl_suite.envs.text.base import TASKS, Example, Task
 from jaxrl_suite.envs.text.retrieval import STOPWORDS, Retriever
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
@@ -134,29 +135,31 @@ class Question(NamedTuple):
 class FactWorld:
     """The fact world's configuration; `build(seed)` is deterministic in (config, seed)."""
 
-    n_people: int = 250  # people, each with a birth city and an employer
-    n_first_names: int = 40  # the first-name pool (people share first names)
-    n_cities: int = 50  # cities, each in a country
-    n_countries: int = 10
-    n_companies: int = 30  # companies, each based in a city
-    twin_frac: float = 0.3  # share of each entity type in near-duplicate pairs (one vowel apart)
-    combined_frac: float = 0.15  # chance that a person's two-hop chain has a combined passage
+    # people, each with a birth city and an employer
+    n_people: Annotated[int, Range(ge=2, le=5000)] = 250
+    # the first-name pool (people share first names)
+    n_first_names: Annotated[int, Range(ge=1, le=1000)] = 40
+    n_cities: Annotated[int, Range(ge=2, le=1000)] = 50  # cities, each in a country
+    n_countries: Annotated[int, Range(ge=2, le=200)] = 10
+    n_companies: Annotated[int, Range(ge=2, le=1000)] = 30  # companies, each based in a city
+    # share of each entity type in near-duplicate pairs (one vowel apart)
+    twin_frac: Probability = 0.3
+    # chance that a person's two-hop chain has a combined passage
+    combined_frac: Probability = 0.15
     kinds: tuple[str, ...] = ("birth_country", "employer_city")  # question kinds, per person
 
     def __post_init__(self):
+        # A task's `facts` YAML mapping reaches here unchecked (`FactsQATask`, `search._facts`):
+        # the types first, so that the Ranges below compare numbers.
+        for field in ("n_people", "n_first_names", "n_cities", "n_countries", "n_companies",
+                      "twin_frac", "combined_frac"):
+            value = getattr(self, field)
+            kind = int if field.startswith("n_") else int | float
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"FactWorld: {field} must be "
+                                 f"{'an integer' if kind is int else 'a number'}, got {value!r}")
+        check_fields(self, "facts.")  # the Ranges declared above
         object.__setattr__(self, "kinds", tuple(self.kinds))  # a YAML list -> a tuple
-        bounds = {"n_people": (2, 5000), "n_first_names": (1, 1000), "n_cities": (2, 1000),
-                  "n_countries": (2, 200), "n_companies": (2, 1000)}
-        for field, (lo, hi) in bounds.items():
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ValueError(f"FactWorld: {field} must be an integer in [{lo}, {hi}], "
-                                 f"got {value!r}")
-        for field in ("twin_frac", "combined_frac"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    0.0 <= value <= 1.0):
-                raise ValueError(f"FactWorld: {field} must be in [0, 1], got {value!r}")
         if not self.kinds or len(set(self.kinds)) != len(self.kinds) or any(
                 k not in QUESTION_KINDS for k in self.kinds):
             raise ValueError(f"FactWorld: kinds must be distinct entries of "
