@@ -134,6 +134,23 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
          "config field 'run.tokenizer': tokenizer 'bpe:many': expected 'bpe:<vocab size>'"),
         (["run", "grpo_arithmetic", "--smoke", "--set", "run.tokenizer=bpe:512"],
          "config field 'model.vocab_size' (384) is smaller than the tokenizer's vocabulary"),
+        # issue 43's cases: each one line, before anything is compiled or written
+        (["run", "grpo_arithmetic", "--set", "grpo.lr=nan"],
+         "config field 'grpo.lr' must be finite, got nan"),
+        (["run", "grpo_arithmetic", "--set", "grpo.lr=-inf"], "'grpo.lr' must be finite"),
+        (["run", "grpo_arithmetic", "--set", "grpo.lr=-1e-4"], "'grpo.lr' must be >= 0"),
+        (["run", "grpo_arithmetic", "--set", "grpo.steps=-5"], "'grpo.steps' must be >= 0"),
+        (["run", "grpo_arithmetic", "--set", "grpo.beta=-0.1"], "'grpo.beta' must be >= 0"),
+        (["run", "grpo_arithmetic", "--set", "grpo.clip_eps=-0.2"], "'grpo.clip_eps' must be"),
+        (["run", "grpo_arithmetic", "--set", "grpo.top_p=5"],
+         "config field 'grpo.top_p' must be in (0, 1], got 5.0"),
+        (["run", "grpo_arithmetic", "--set", "run.seeds=[1e23]"], "'run.seeds[0]' expects int"),
+        (["run", "grpo_arithmetic", "--set", "run.seeds=[100000000000000000000000]"],
+         "'run.seeds[0]' must be in [0, 4.29497e+09)"),
+        (["run", "grpo_arithmetic", "--smoke", "--out", "{tmp}/big", "--set",
+          "model.d_model=65536"], "GiB (params, reference, gradients, AdamW moments)"),
+        (["run", "grpo_arithmetic", "--smoke", "--out", "/proc/x"], "--out /proc/x is not "
+                                                                     "writable"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
