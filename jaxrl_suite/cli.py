@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     try:
-        with stop_on_sigterm():
+        # SIGTERM handled for single-process runs (a multi-process job keeps the default)
+        with stop_on_sigterm(enabled=not getattr(args, "distributed", False)):
             status = _dispatch(args)
     except NonFiniteError as e:  # the metrics are global: every process stops at the same step
         print(f"jaxrl-suite: stopped: {e}", file=sys.stderr)

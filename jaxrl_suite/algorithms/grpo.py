@@ -138,7 +138,7 @@ class SFTConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    steps: NonNegativeInt = 100  # GRPO iterations (one batch of prompts each)
+    steps: Count = 100  # GRPO iterations (one batch of prompts each)
     prompts_per_step: Count = 16  # B: distinct prompts per iteration
     group_size: Annotated[int, Range(ge=2)] = 8  # G: completions per prompt
     max_new_tokens: Count = 24  # N: completion budget (EOS ends a completion earlier)

@@ -18,8 +18,6 @@ import contextlib
 import signal
 import threading
 
-import jax
-
 _received = threading.Event()
 
 
@@ -34,10 +32,11 @@ def sigterm_received() -> bool:
 
 
 @contextlib.contextmanager
-def stop_on_sigterm():
-    """While active (single process, main thread), SIGTERM sets the flag `sigterm_received`
-    instead of ending the process; the previous handler is restored on exit."""
-    if jax.process_count() > 1 or threading.current_thread() is not threading.main_thread():
+def stop_on_sigterm(enabled: bool = True):
+    """While active (`enabled`: a single-process run; main thread), SIGTERM sets the flag
+    `sigterm_received` instead of ending the process; the previous handler is restored on exit.
+    It does not touch JAX (a multi-process job must initialise jax.distributed first)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
     _received.clear()

@@ -139,7 +139,7 @@ def test_resume_after_kill_matches_straight_run(tmp_path):
          "config field 'grpo.lr' must be finite, got nan"),
         (["run", "grpo_arithmetic", "--set", "grpo.lr=-inf"], "'grpo.lr' must be finite"),
         (["run", "grpo_arithmetic", "--set", "grpo.lr=-1e-4"], "'grpo.lr' must be >= 0"),
-        (["run", "grpo_arithmetic", "--set", "grpo.steps=-5"], "'grpo.steps' must be >= 0"),
+        (["run", "grpo_arithmetic", "--set", "grpo.steps=-5"], "'grpo.steps' must be >= 1"),
         (["run", "grpo_arithmetic", "--set", "grpo.beta=-0.1"], "'grpo.beta' must be >= 0"),
         (["run", "grpo_arithmetic", "--set", "grpo.clip_eps=-0.2"], "'grpo.clip_eps' must be"),
         (["run", "grpo_arithmetic", "--set", "grpo.top_p=5"],
