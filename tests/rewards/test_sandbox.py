@@ -22,7 +22,6 @@ from jaxrl_suite.rewards.sandbox import (
     Limits,
     SandboxPool,
     SandboxResult,
-    UnisolatedError,
     parse_tests,
     run_tests,
 )
@@ -32,31 +31,16 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"),
 
 GOOD = "def f(x):\n    return x * 3 + 1\n"
 TESTS = "assert f(2) == 7\nassert f(5) == 16\nassert 31 == f(10)\n"
-MODES = ["root", "userns"] if os.geteuid() == 0 else ["userns"]
-
-
-def make_pool(mode, workers=2, **kwargs):
-    """A pool of `mode`, or a skip where this machine cannot make one."""
-    try:
-        return SandboxPool(workers, mode=mode, **kwargs)
-    except (RuntimeError, UnisolatedError) as e:
-        pytest.skip(f"no sandbox in mode {mode!r} here: {e}")
-
-
-@pytest.fixture(scope="module", params=MODES)
-def mode(request):
-    return request.param
-
 
 @pytest.fixture(scope="module")
-def pool(mode):
+def pool(make_pool, mode):
     with make_pool(mode, limits=Limits(timeout_s=1.0)) as p:
         assert p.mode == p.isolation["mode"] == mode
         yield p
 
 
 @pytest.fixture(scope="module")
-def kernel_pool(mode):
+def kernel_pool(make_pool, mode):
     """The kernel's limits alone: no audit hook."""
     with make_pool(mode, limits=Limits(timeout_s=1.0), audit=False) as p:
         yield p
@@ -182,7 +166,7 @@ def test_socket_connect_to_a_local_listener(pool, kernel_pool):
 
 
 @pytest.mark.parametrize("impl", ["bpf", "pyseccomp"])
-def test_network_without_a_namespace_uses_seccomp(mode, impl):
+def test_network_without_a_namespace_uses_seccomp(make_pool, mode, impl):
     if impl == "pyseccomp":
         pytest.importorskip("pyseccomp")
     elif os.uname().machine not in ("x86_64", "aarch64"):

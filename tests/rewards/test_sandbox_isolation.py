@@ -39,40 +39,28 @@ from jaxrl_suite.rewards.sandbox import (
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"),
                                 reason="the sandbox needs Linux namespaces and /proc")
 
-MODES = ["root", "userns"] if os.geteuid() == 0 else ["userns"]
 BPF = os.uname().machine in ("x86_64", "aarch64")
 GOOD = "def f(x):\n    return x * 3 + 1\n"
 TESTS = "assert f(2) == 7\nassert f(5) == 16\n"
 ANY = "assert f(0) == 0\n"  # the tests of a program that reports through its output
 
 
-def make_pool(mode, workers=2, **kwargs):
-    try:
-        return SandboxPool(workers, mode=mode, **kwargs)
-    except (RuntimeError, UnisolatedError) as e:
-        pytest.skip(f"no sandbox in mode {mode!r} here: {e}")
-
-
-@pytest.fixture(scope="module", params=MODES)
-def mode(request):
-    return request.param
-
 
 @pytest.fixture(scope="module")
-def pool(mode):
+def pool(make_pool, mode):
     with make_pool(mode) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
-def kernel_pool(mode):
+def kernel_pool(make_pool, mode):
     """No audit hook: the namespaces, mounts, uid, rlimits and the seccomp filter."""
     with make_pool(mode, audit=False) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
-def bare_pool(mode):
+def bare_pool(make_pool, mode):
     """No audit hook and no seccomp filter: the namespaces, mounts, uid and rlimits."""
     with make_pool(mode, audit=False, seccomp=False) as p:
         yield p
@@ -353,7 +341,7 @@ SYSCALLS = textwrap.dedent("""\
 
 
 @pytest.mark.parametrize("impl", ["bpf", "pyseccomp"])
-def test_seccomp_filter(mode, impl):
+def test_seccomp_filter(make_pool, mode, impl):
     """Sockets of every family (AF_UNIX included), io_uring, namespaces, signals out, ptrace."""
     if impl == "pyseccomp":
         pytest.importorskip("pyseccomp")
@@ -427,7 +415,7 @@ def test_audit_hook_allows_work_in_the_workdir(pool):
 
 # -- the file count --------------------------------------------------------------------------
 
-def test_many_files_are_stopped(mode):
+def test_many_files_are_stopped(make_pool, mode):
     with make_pool(mode, limits=Limits(max_files=64)) as p:
         many = "import os\nfor i in range(10_000):\n    open('f%d' % i, 'w').close()\n" + GOOD
         caught = ("import os\nfor i in range(10_000):\n    try:\n        os.mkdir('d%d' % i)\n"
@@ -442,7 +430,7 @@ def test_many_files_are_stopped(mode):
 # -- sandbox uids (root mode) ----------------------------------------------------------------
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sandbox uids are chosen as root")
-def test_sandbox_uid_is_unused(monkeypatch):
+def test_sandbox_uid_is_unused(make_pool, monkeypatch):
     def fresh(slot=5):  # the check is kept for a few seconds: forget it
         sandbox._uid_checked.clear()
         return sandbox._slot_uid(slot)
@@ -510,7 +498,7 @@ def test_auto_mode_falls_back_only_when_allowed(monkeypatch):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root only")
-def test_mode_from_the_environment(monkeypatch):
+def test_mode_from_the_environment(make_pool, monkeypatch):
     monkeypatch.setenv(MODE_ENV, "userns")
     with make_pool(None, 1) as p:
         assert p.mode == "userns"
