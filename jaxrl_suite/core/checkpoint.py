@@ -118,6 +118,15 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 
+    def _read(self, step: int, template: Any = None):
+        """Read `step` in full (into `template`'s structure, or as saved); raises if it does
+        not read."""
+        state = ocp.args.StandardRestore(None if template is None else
+                                         _as_array_leaves(template))
+        with _quiet_failed_reads():
+            return self._manager.restore(step, args=ocp.args.Composite(
+                state=state, meta=ocp.args.JsonRestore()))
+
     def verify(self, step: int | None = None) -> str | None:
         """Read `step` (default: latest) in full, without a template; None if it reads, else
         a one-line reason."""
@@ -126,24 +135,25 @@ class Checkpointer:
         if step is None:
             return f"no checkpoint in {self.directory}"
         try:
-            with _quiet_failed_reads():
-                self._manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+            self._read(step)
         except Exception as e:  # orbax / tensorstore / json: any failure to read
             return f"step {step} in {self.directory} does not read ({_first_line(e)})"
         return None
 
-    def latest_intact_step(self) -> int | None:
-        """The newest step that reads in full (`verify`), None if there is no checkpoint. Newer
-        steps that do not read are reported in one line and moved aside (see the module
-        docstring); `CorruptCheckpointError` if none reads."""
+    def _newest_readable(self, template: Any = None):
+        """(step, what it read) for the newest step that reads in full, None if there is no
+        checkpoint. Newer steps that do not read are reported in one line and moved aside
+        (see the module docstring); `CorruptCheckpointError` if none reads. One read per step."""
         self._manager.wait_until_finished()
         bad, reason = [], ""
         for step in sorted(self._manager.all_steps(), reverse=True):
-            problem = self.verify(step)
-            if problem is None:
+            try:
+                out = self._read(step, template)
                 break
-            bad, reason = [*bad, step], reason or problem  # reason: the newest step's
+            except Exception as e:  # orbax / tensorstore / json: any failure to read
+                bad.append(step)
+                reason = reason or (f"step {step} in {self.directory} does not read "
+                                    f"({_first_line(e)})")  # the newest step's
         else:
             if not bad:
                 return None
@@ -154,25 +164,31 @@ class Checkpointer:
             if jax.process_index() == 0:
                 print(f"jaxrl-suite: checkpoint {reason}; moved to {moved}, using step {step}",
                       file=sys.stderr)
-        return step
+        return step, out
+
+    def latest_intact_step(self) -> int | None:
+        """The newest step that reads in full (see `_newest_readable`), None if none."""
+        found = self._newest_readable()
+        return None if found is None else found[0]
 
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict]:
-        """Restore `(state, meta)` at `step` (default: `latest_intact_step`) into the structure
-        of `template` (with `trainable`, the params not saved are `template`'s)."""
+        """Restore `(state, meta)` at `step` (default: the newest step that reads, see
+        `_newest_readable`) into the structure of `template` (with `trainable`, the params not
+        saved are `template`'s)."""
         frozen = None
         if self.trainable is not None:
             train, frozen = split_params(template.params, self.trainable)
             template = template.replace(params=train)
-        step = self.latest_intact_step() if step is None else step
-        if step is None or step not in self._manager.all_steps():
-            raise CheckpointNotFoundError(f"no checkpoint found in {self.directory}")
-        out = self._manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(_as_array_leaves(template)),
-                meta=ocp.args.JsonRestore(),
-            ),
-        )
+        if step is None:
+            found = self._newest_readable(template)
+            if found is None:
+                raise CheckpointNotFoundError(f"no checkpoint found in {self.directory}")
+            out = found[1]
+        else:
+            self._manager.wait_until_finished()
+            if step not in self._manager.all_steps():
+                raise CheckpointNotFoundError(f"no checkpoint found in {self.directory}")
+            out = self._read(step, template)
         state = out["state"]
         if frozen is not None:
             state = state.replace(params=merge_params(state.params, frozen))
