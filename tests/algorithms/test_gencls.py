@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import peaked_params
+from lm_helpers import peaked_params
 
 from jaxrl_suite.algorithms.gencls import (
     StrategyConfig,

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")  # the [hf] extra; .ci/run installs it
 transformers = pytest.importorskip("transformers")
 
-from conftest import load_hf_parity  # noqa: E402
+from lm_helpers import load_hf_parity  # noqa: E402
 
 from jaxrl_suite.models import CausalLM  # noqa: E402
 from jaxrl_suite.models.hf import (  # noqa: E402

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import peaked_params
+from lm_helpers import peaked_params
 
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.sampling import GenerateOutput, KVCacheSampler
