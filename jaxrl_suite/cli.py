@@ -1,10 +1,14 @@
 """`jaxrl-suite` command line: `run NAME [--config F] [--set k=v]... [--smoke] [--out DIR]
-[--resume | --overwrite] [--tensorboard] [--distributed]`, `eval RUN_DIR [--stage S]
+[--resume | --overwrite] [--tensorboard] [--wandb [--wandb-project P] [--wandb-entity E]
+[--wandb-mode M]] [--no-progress] [--distributed]`, `eval RUN_DIR [--stage S]
 [--samples N] [--ks K...]`, `plot RUN_DIR... [--out PNG] [--keys K...] [--stage S]
 [--label L...] [--smooth N]` and `list`.
 
 Bad input (an unknown experiment, config key or value, a missing checkpoint or metrics file)
 prints one line to stderr and exits with status 2, without a traceback.
+
+`--smoke` runs a tiny size that checks the plumbing (that everything runs, logs, checkpoints and
+resumes), not the method: it says in one line that its numbers are meaningless by design.
 
 No run deletes data: `run` into an --out folder that holds an earlier run's work (a checkpoint,
 a logged metric, a result or summary) refuses unless it is told how to go on:
@@ -39,7 +43,7 @@ import jax
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
 from jaxrl_suite.core.config import ConfigError, config_changes, from_dict, load_config, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
-from jaxrl_suite.core.metrics import write_json
+from jaxrl_suite.core.metrics import WANDB_MODES, WandbOptions, import_wandb, write_json
 from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
@@ -59,13 +63,25 @@ def _parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one config field, e.g. --set grpo.lr=1e-5 (repeatable)",
     )
-    run.add_argument("--smoke", action="store_true", help="tiny size for tests (seconds)")
+    run.add_argument("--smoke", action="store_true",
+                     help="tiny size for tests (seconds): it checks the plumbing, not the "
+                     "method, so its numbers are meaningless by design")
     run.add_argument("--out", type=Path, help="output dir (default: results/NAME[-smoke])")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--overwrite", action="store_true",
                      help="start afresh in an --out folder that holds an earlier run, after "
                      "moving that run aside to OUT.old-<time> (nothing is deleted)")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard events")
+    run.add_argument("--wandb", action="store_true",
+                     help="also log the metrics to Weights & Biases (the wandb extra); --resume "
+                     "continues the same W&B runs")
+    run.add_argument("--wandb-project", metavar="P",
+                     help="W&B project (default: $WANDB_PROJECT, else jaxrl_suite)")
+    run.add_argument("--wandb-entity", metavar="E",
+                     help="W&B entity, a user or team (default: $WANDB_ENTITY, else W&B's)")
+    run.add_argument("--wandb-mode", choices=WANDB_MODES,
+                     help="online, offline (local files; `wandb sync` uploads them later) or "
+                     "disabled (default: $WANDB_MODE, else online)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
         "--distributed", action="store_true",
@@ -108,12 +124,33 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+SMOKE_NOTE = ("jaxrl-suite: --smoke: a tiny run that checks the plumbing, not the method; its "
+              "numbers are meaningless by design")
+
+
+def _wandb_options(args: argparse.Namespace, out_dir: Path, config: dict) -> WandbOptions | None:
+    """`--wandb`'s options (None without it); a --wandb-* flag without --wandb, or a missing
+    wandb package, is a one-line ConfigError."""
+    if not args.wandb:
+        given = [f for f in ("project", "entity", "mode") if getattr(args, f"wandb_{f}")]
+        if given:
+            raise ConfigError(f"--wandb-{given[0]} needs --wandb")
+        return None
+    if jax.process_index() == 0:  # only process 0 logs
+        import_wandb()
+    return WandbOptions(project=args.wandb_project, entity=args.wandb_entity,
+                        mode=args.wandb_mode, group=out_dir.name, job_type=args.name,
+                        config=config)
+
+
 def _run(args: argparse.Namespace) -> int:
     exp = load_experiments(args.name).get(args.name)
     config_path = args.config or exp.default_config()
     cfg = load_config(exp.config_cls, config_path, args.overrides, smoke=args.smoke)
     out_dir = args.out or Path("results") / (args.name + ("-smoke" if args.smoke else ""))
     out_dir = out_dir.absolute()
+    config = {"experiment": args.name, "config": to_dict(cfg)}
+    wandb = _wandb_options(args, out_dir, config)  # checked before anything is moved or written
     ckpt_dir = out_dir / "checkpoints"
     if args.resume and args.overwrite:
         raise ConfigError("--resume continues the run in --out and --overwrite replaces it: "
@@ -131,7 +168,6 @@ def _run(args: argparse.Namespace) -> int:
         if jax.process_index() == 0:
             print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
                   file=sys.stderr)
-    config = {"experiment": args.name, "config": to_dict(cfg)}
     changed = _check_resume_config(out_dir, config) if args.resume else {}
     if jax.process_index() == 0:
         try:  # also the start-up check that --out is writable, before any compilation
@@ -146,9 +182,11 @@ def _run(args: argparse.Namespace) -> int:
         multihost_utils.sync_global_devices("jaxrl_suite: output dir ready")
     options = RunOptions(
         out_dir=out_dir, resume=args.resume, tensorboard=args.tensorboard,
-        progress=not args.no_progress,
+        progress=not args.no_progress, wandb=wandb,
     )
     exp.run(cfg, options)
+    if args.smoke and jax.process_index() == 0:  # below the results it qualifies
+        print(SMOKE_NOTE)
     return 0
 
 

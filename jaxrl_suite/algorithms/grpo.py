@@ -635,10 +635,15 @@ class LMTrainer:
         return other
 
     def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
-        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1."""
+        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1; the mean
+        completion length, and the mean "reward": the task's designed reward
+        (`Verdicts.rewards`) where it has one, else the score."""
         texts, lengths = self.greedy_completions(params, examples, batch_size=batch_size)
-        correct = [s == 1.0 for s in self.task.verify_batch(texts, examples).scores]
-        return {"accuracy": float(np.mean(correct)), "length": float(lengths.mean())}
+        verdicts = self.task.verify_batch(texts, examples)
+        correct = [s == 1.0 for s in verdicts.scores]
+        rewards = verdicts.scores if verdicts.rewards is None else verdicts.rewards
+        return {"accuracy": float(np.mean(correct)), "length": float(lengths.mean()),
+                "reward": float(np.mean(rewards))}
 
     def evaluate_sampled(
         self, params, examples: Sequence[Example], *, n: int, ks: Sequence[int],

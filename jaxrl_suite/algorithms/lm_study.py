@@ -235,7 +235,8 @@ def check_batches(cfg, n_devices: int) -> None:
                           f"{jax.process_count()} processes")
 
 
-def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
+def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM,
+             tokenizer: Tokenizer | None = None) -> LM:
     """Tokenizer, task, mesh, model and initial params of an LM experiment's `cfg`.
 
     The params are a fresh init of `cfg.model` with the first of `cfg.run.seeds`, or the weights
@@ -244,7 +245,9 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
     hold the adapters too (the trainers then train the adapters alone). `model_class` is the
     module built on the config (`CausalLM`, or `models.diffusion_lm.DiffusionLM`). `cfg`
     needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
-    `task` defaults to the one `cfg.task` names.
+    `task` defaults to the one `cfg.task` names. `tokenizer` replaces the one `cfg.run.tokenizer`
+    names (e.g. the tokenizer an earlier stage's model was trained with; `api.LM`); a
+    checkpoint's (`model.hf_path`) is always its own.
     """
     task = cfg.task.build() if task is None else task
     if cfg.model.hf_path:  # a local Hugging Face checkpoint: its sizes, weights and tokenizer
@@ -255,11 +258,12 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM) -> LM:
             raise ConfigError(f"config field 'model.hf_path': {e}") from None
     else:
         model_cfg, params = cfg.model.lm_config(), None
-        texts = task.texts() if cfg.run.tokenizer.startswith("bpe:") else None
-        try:
-            tokenizer = load_tokenizer(cfg.run.tokenizer, texts=texts)
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"config field 'run.tokenizer': {e}") from None
+        if tokenizer is None:
+            texts = task.texts() if cfg.run.tokenizer.startswith("bpe:") else None
+            try:
+                tokenizer = load_tokenizer(cfg.run.tokenizer, texts=texts)
+            except (ValueError, FileNotFoundError) as e:
+                raise ConfigError(f"config field 'run.tokenizer': {e}") from None
     if model_cfg.vocab_size < tokenizer.vocab_size:
         raise ConfigError(
             f"config field 'model.vocab_size' ({model_cfg.vocab_size}) is smaller than the "
@@ -324,10 +328,11 @@ class LMStudy(Study):
     model_class = CausalLM
 
     def __init__(self, name: str, cfg, opts: RunOptions, *, variants: Sequence[str],
-                 task: Task | None = None, write_config: bool = True):
+                 task: Task | None = None, write_config: bool = True,
+                 tokenizer: Tokenizer | None = None):
         super().__init__(name, opts, variants, cfg.run.seeds)
         self.cfg = cfg
-        self.lm = build_lm(cfg, task, model_class=self.model_class)
+        self.lm = build_lm(cfg, task, model_class=self.model_class, tokenizer=tokenizer)
         self.held_out = self.lm.task.examples("test", 0, cfg.eval.num_examples)
         self._samplers: dict[tuple, KVCacheSampler] = {}  # one compiled program per setting
         if write_config:
@@ -482,7 +487,7 @@ class LMStudy(Study):
     def log(self, log_dir: Path, stages: Sequence[tuple[Path, int]]) -> MetricsLogger:
         """The metrics log of a run whose stages checkpoint in `stages` [(dir, step offset)]."""
         return open_run_log(log_dir, stages, resume=self.opts.resume,
-                            tensorboard=self.opts.tensorboard)
+                            tensorboard=self.opts.tensorboard, wandb=self.opts.wandb)
 
     def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
             task: Task | None = None, params=None):
@@ -583,15 +588,18 @@ class LMStudy(Study):
 
         return callback
 
-    def evaluate(self, trainer, params, examples=None) -> dict:
+    def evaluate(self, trainer, params, examples=None, *, reward: bool = False) -> dict:
         """Greedy held-out accuracy and `sampled_accuracy`, the pass@1 of one sample per prompt
         at the training temperature (grpo.temperature) on the first eval.sampled_examples
         prompts (what RL optimises; a policy trained on samples can gain there and not in the
-        greedy figure), plus sampled pass@k / maj@k when `eval.samples` > 0."""
+        greedy figure), plus sampled pass@k / maj@k when `eval.samples` > 0. With `reward`,
+        also `mean_reward`, the mean reward of the greedy completions (`LMTrainer.evaluate`)."""
         e = self.cfg.eval
         examples = self.held_out if examples is None else examples
-        out = {"greedy_accuracy": trainer.evaluate(params, examples,
-                                                   batch_size=e.batch_size)["accuracy"]}
+        greedy = trainer.evaluate(params, examples, batch_size=e.batch_size)
+        out = {"greedy_accuracy": greedy["accuracy"]}
+        if reward:
+            out["mean_reward"] = greedy["reward"]
         if e.samples:
             out.update(trainer.evaluate_sampled(
                 params, examples[: e.sampled_examples], n=e.samples, ks=e.ks,

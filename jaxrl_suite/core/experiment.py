@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxrl_suite.core.config import ConfigError
+from jaxrl_suite.core.metrics import WandbOptions
 from jaxrl_suite.core.registry import Registry
 
 ENTRY_POINT_GROUP = "jaxrl_suite.experiments"
@@ -35,6 +36,7 @@ class RunOptions:
     resume: bool = False  # continue from the latest checkpoint in out_dir
     tensorboard: bool = False  # also write TensorBoard event files under out_dir/tensorboard
     progress: bool = True  # show a tqdm progress bar
+    wandb: WandbOptions | None = None  # also log the metrics to Weights & Biases (`--wandb`)
 
 
 @dataclasses.dataclass(frozen=True)

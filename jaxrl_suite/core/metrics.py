@@ -1,4 +1,5 @@
-"""Run logging: `metrics.jsonl` (one JSON object per step), optional TensorBoard, PNG curves.
+"""Run logging: `metrics.jsonl` (one JSON object per step), optional TensorBoard and Weights &
+Biases, PNG curves.
 
 Everything here runs on the host, outside jitted code (STYLE habit 6).
 
@@ -13,12 +14,15 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+
+from jaxrl_suite.core.config import ConfigError
 
 
 def to_python(value: Any) -> Any:
@@ -48,20 +52,105 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+WANDB_MODES = ("online", "offline", "disabled")
+# The W&B run of a log dir (its id, project and entity), so that `--resume` continues that run
+WANDB_RUN_FILE = "wandb_run.json"
+WANDB_MISSING = "--wandb needs the wandb package: pip install 'jaxrl_suite[wandb]'"
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbOptions:
+    """`--wandb`: also log every metrics record to Weights & Biases (`MetricsLogger`).
+
+    Each metrics.jsonl is one W&B run (a Study's units are runs of one group). None leaves a field
+    to W&B's own settings: the `WANDB_PROJECT`, `WANDB_ENTITY` and `WANDB_MODE` environment
+    variables or `wandb login`'s defaults (project `jaxrl_suite` if none is set)."""
+
+    project: str | None = None
+    entity: str | None = None
+    mode: str | None = None  # "online", "offline" (files only, `wandb sync` later) or "disabled"
+    group: str | None = None  # the launch the run belongs to (the CLI: the --out folder's name)
+    job_type: str | None = None  # the CLI: the experiment's name
+    config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.mode is not None and self.mode not in WANDB_MODES:
+            raise ConfigError(f"wandb mode {self.mode!r} must be one of {', '.join(WANDB_MODES)}")
+
+
+def import_wandb():
+    """The `wandb` module; a missing package is a one-line `ConfigError` naming the extra."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError(WANDB_MISSING) from None
+    return wandb
+
+
+def _scalars(rec: Mapping[str, Any]) -> dict[str, int | float]:
+    """The numbers of a record but `step`, tagged `stage/key` when it has a stage (what
+    TensorBoard and W&B are given)."""
+    prefix = f"{rec['stage']}/" if "stage" in rec else ""
+    return {prefix + k: v for k, v in rec.items() if _is_number(v) and k != "step"}
+
+
+def _start_wandb(log_dir: Path, opts: WandbOptions, *, resume: bool):
+    """A W&B run for the log in `log_dir`: resumed (`resume`), the run recorded in
+    `log_dir/wandb_run.json` goes on (same id, `resume="allow"`); otherwise a new one, recorded
+    there. Its local files go under `log_dir/wandb/` unless `WANDB_DIR` is set."""
+    wandb = import_wandb()
+    record = log_dir / WANDB_RUN_FILE
+    stored: dict[str, Any] = {}
+    if resume and record.is_file():
+        try:
+            stored = json.loads(record.read_text())
+        except ValueError:
+            stored = {}
+    # W&B reads its environment once per process; read here, a later change applies too
+    env = os.environ.get
+    project = opts.project or stored.get("project") or env("WANDB_PROJECT") or "jaxrl_suite"
+    entity = opts.entity or stored.get("entity") or env("WANDB_ENTITY")
+    name = log_dir.name if opts.group in (None, log_dir.name) else f"{opts.group}/{log_dir.name}"
+    try:
+        run = wandb.init(
+            project=project, entity=entity, mode=opts.mode or env("WANDB_MODE"),
+            group=opts.group, job_type=opts.job_type, name=name,
+            config=dict(opts.config) if opts.config is not None else None,
+            dir=env("WANDB_DIR") or str(log_dir),
+            id=stored.get("id"), resume="allow" if stored.get("id") else None,
+            reinit="create_new",  # one run per log, several open at once (wandb >= 0.19.10)
+        )
+    except wandb.errors.Error as e:  # e.g. no API key: `wandb login`, or --wandb-mode offline
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--wandb: W&B could not start a run for {log_dir}: {first} (log in "
+                          "with `wandb login`, or log locally with --wandb-mode offline)") from None
+    run.define_metric("*", step_metric="step")  # the run's own step axis, as in metrics.jsonl
+    record.write_text(json.dumps({"id": run.id, "project": project, "entity": entity}) + "\n")
+    return run
+
+
 class MetricsLogger:
     """Appends one JSON object per step to `<out_dir>/metrics.jsonl`.
 
     On resume, pass `resume_step`: records with `step >= resume_step` (written after the restored
     checkpoint by the run that died) are dropped first, so every step appears exactly once.
     In a multi-process run only process 0 writes; `log` still returns the record elsewhere.
+
+    `tensorboard` also writes event files under `<out_dir>/tensorboard`, and `wandb` (a
+    `WandbOptions`) logs to a W&B run: both get each record's numbers, tagged `stage/key`, at its
+    `step` (W&B: as the metric `step`, every other metric's x axis). Resumed, the W&B run of
+    `<out_dir>/wandb_run.json` continues; the steps the resumed run logs again then appear twice
+    in its history (W&B history is append-only), with the same values when the run is
+    deterministic.
     """
 
     def __init__(
-        self, out_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False
+        self, out_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False,
+        wandb: WandbOptions | None = None,
     ):
         self.out_dir = Path(out_dir)
         self.path = self.out_dir / "metrics.jsonl"
-        self._file = self._tb = None
+        self._file = self._tb = self._wandb = None
         if jax.process_index() != 0:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +164,17 @@ class MetricsLogger:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+        if wandb is not None:
+            try:
+                self._wandb = _start_wandb(self.out_dir, wandb, resume=resume_step is not None)
+            except BaseException:
+                self.close()
+                raise
+
+    @property
+    def wandb_run(self):
+        """The W&B run this logger writes to (None without `wandb`, or off process 0)."""
+        return self._wandb
 
     def log(self, record: Mapping[str, Any]) -> dict:
         """Write one record (must hold an integer `step`); returns its JSON-ready form."""
@@ -86,24 +186,28 @@ class MetricsLogger:
         self._file.write(json.dumps(rec, allow_nan=True) + "\n")
         self._file.flush()
         if self._tb is not None:
-            prefix = f"{rec['stage']}/" if "stage" in rec else ""
-            for k, v in rec.items():
-                if _is_number(v) and k != "step":
-                    self._tb.add_scalar(prefix + k, v, rec["step"])
+            for k, v in _scalars(rec).items():
+                self._tb.add_scalar(k, v, rec["step"])
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({"step": rec["step"], **_scalars(rec)})
         return rec
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
+        """Close the files; the W&B run finishes (marked failed with `failed`)."""
         if self._file is not None:
             self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish(exit_code=1 if failed else 0)
+            self._wandb = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(failed=exc_type is not None)
 
 
 def write_json(path: str | Path, data: Mapping[str, Any]) -> None:

@@ -44,6 +44,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import (
     MetricsLogger,
+    WandbOptions,
     median_iqr,
     plot_iqr_bands,
     pyplot,
@@ -81,13 +82,14 @@ def seed_stats(values) -> dict[str, Any]:
 
 
 def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
-                 tensorboard: bool = False) -> MetricsLogger:
+                 tensorboard: bool = False, wandb: WandbOptions | None = None) -> MetricsLogger:
     """The metrics log (`log_dir/metrics.jsonl`) of a run made of resumable stages.
 
     `stages` lists each stage's (checkpoint dir, step offset) in order. Fresh (not `resume`), the
     log starts empty. Resumed, it keeps the records up to the latest checkpoint of the last stage
     that has one (offset + its step) and drops those the stopped run wrote after it, since the
-    resumed run writes them again; with no checkpoint at all it starts empty.
+    resumed run writes them again; with no checkpoint at all it starts empty. `tensorboard` and
+    `wandb` go to `MetricsLogger` (resumed, the log's W&B run continues).
     """
     resume_step = None
     if resume:
@@ -100,7 +102,8 @@ def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
             ckpt.close()
             if latest is not None:
                 resume_step = offset + latest + 1
-    return MetricsLogger(log_dir, resume_step=resume_step, tensorboard=tensorboard)
+    return MetricsLogger(log_dir, resume_step=resume_step, tensorboard=tensorboard,
+                         wandb=wandb)
 
 
 @dataclasses.dataclass
@@ -220,7 +223,8 @@ class Study:
         `checkpoint_dir(unit)` (as `ppo.train_seeds` does per chunk); resumed, the records after
         the latest checkpoint are dropped (the unit writes them again)."""
         return open_run_log(self.run_dir(unit), [(self.checkpoint_dir(unit), 0)],
-                            resume=self.opts.resume, tensorboard=self.opts.tensorboard)
+                            resume=self.opts.resume, tensorboard=self.opts.tensorboard,
+                            wandb=self.opts.wandb)
 
     @staticmethod
     def unit_stats(results: Mapping[str, Mapping], keys: Sequence[str]) -> dict[str, dict]:

@@ -10,7 +10,7 @@ import pytest
 
 from experiments.grpo_arithmetic import Config
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer
-from jaxrl_suite.cli import main
+from jaxrl_suite.cli import SMOKE_NOTE, main
 from jaxrl_suite.core import metrics
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import load_config
@@ -43,6 +43,7 @@ def test_smoke_run_writes_results(tmp_path, capsys, figures):
     assert main(["run", "grpo_arithmetic", *SMOKE, "--out", str(tmp_path), "--tensorboard"]) == 0
     out = capsys.readouterr().out
     assert "SFT steps, held-out greedy" in out and "held-out greedy after GRPO" in out
+    assert out.rstrip().splitlines()[-1] == SMOKE_NOTE  # below the (meaningless) results
     assert "after continued SFT" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     seed0 = json.loads((tmp_path / RUN / "result.json").read_text())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.algorithms.loop import fit
-from jaxrl_suite.cli import main
+from jaxrl_suite.cli import SMOKE_NOTE, main
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
@@ -202,3 +202,11 @@ def test_a_run_that_stopped_at_a_bad_config_is_simply_started_again(probe, capsy
     assert "x must be >= 0" in capsys.readouterr().err
     assert [p.name for p in probe.iterdir()] == ["config.json"]  # no work to keep
     assert main(["run", NAME, "--out", str(probe)]) == 0
+
+
+def test_smoke_says_its_numbers_are_meaningless_by_design(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe), "--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(SMOKE_NOTE) == 1 and "meaningless by design" in SMOKE_NOTE
+    assert main(["run", NAME, "--out", str(probe), "--overwrite"]) == 0  # not a smoke run
+    assert SMOKE_NOTE not in capsys.readouterr().out
