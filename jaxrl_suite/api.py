@@ -60,6 +60,7 @@ from jaxrl_suite.core.metrics import read_metrics, write_json
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.signals import stop_on_sigterm
 from jaxrl_suite.envs.text.base import Example, ExampleList, Task, Verdicts
+from jaxrl_suite.envs.text.tfds_tasks import read_jsonl
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
 from jaxrl_suite.models.hf import OPTIONS, ModelConfig
 from jaxrl_suite.models.lm import LMConfig
@@ -200,24 +201,12 @@ def read_records(data: Records, what: str) -> list[dict]:
 
 
 def _read_jsonl(path: Path, what: str) -> list[dict]:
-    if not path.is_file():
-        raise ConfigError(f"{what}: no file {path}")
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{what}: {path} line {n} is not JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise ConfigError(f"{what}: {path} line {n} is a JSON {type(record).__name__}, "
-                                  f"not an object")
-            records.append(record)
-    if not records:
-        raise ConfigError(f"{what}: {path} holds no records")
-    return records
+    """The records of a JSONL file, read by the kit's `read_jsonl` (fields are checked after);
+    its one-line errors become ConfigErrors."""
+    try:
+        return read_jsonl(str(path), (), what, dict)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: {e}") from None
 
 
 def check_records(records: Sequence[Mapping], what: str, required: Mapping[str, str]) -> None:
