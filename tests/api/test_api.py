@@ -167,7 +167,7 @@ def test_bad_config_keys_and_inputs_are_one_line(tmp_path):
     assert "2 weights for 1 reward functions" in one_line(e)
     with pytest.raises(ConfigError) as e:
         build(train_prompts=tmp_path / "missing.jsonl")
-    assert "no file" in one_line(e)
+    assert "missing.jsonl" in one_line(e) and "does not exist" in one_line(e)
     with pytest.raises(ConfigError) as e:
         build(model=LM.small(d_modell=8))
     assert "unknown config key 'model.d_modell'" in one_line(e)

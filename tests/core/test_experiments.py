@@ -36,12 +36,12 @@ class _Cfg:
     x: int = 0
 
 
-def test_a_missing_default_config_is_one_line_exit_2(tmp_path, capsys):
+def test_a_missing_default_config_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     exp = Experiment("no_yaml_probe", _Cfg, lambda cfg, opts: {}, config=tmp_path / "gone.yaml")
     with pytest.raises(ConfigError, match="gone.yaml"):
         exp.default_config()
-    if "no_yaml_probe" not in EXPERIMENTS:
-        EXPERIMENTS.register("no_yaml_probe", exp)
+    # registered for this test only: other tests in the worker walk every registered experiment
+    monkeypatch.setitem(EXPERIMENTS._entries, "no_yaml_probe", exp)
     assert main(["run", "no_yaml_probe", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "default config" in err and "gone.yaml" in err and "\n" not in err
