@@ -1,6 +1,6 @@
 """Per-device memory of the GRPO update and the sampler at real model sizes, on fake devices.
 
-    python benchmarks/bench_scale.py                     # the README's table (tens of minutes)
+    python benchmarks/bench_scale.py                     # docs/scaling.md's table (tens of minutes)
     python benchmarks/bench_scale.py --models qwen2.5-7b --meshes fsdp8 --options bf16-block
     python benchmarks/bench_scale.py --smoke             # a tiny model, seconds (run by tests)
 

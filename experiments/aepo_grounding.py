@@ -37,13 +37,13 @@ from typing import Annotated
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
 from jaxrl_suite.envs.text.gui import EVAL_SPLITS, GuiTask
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "aepo_grounding"
 # variant -> (answer mode, GRPO reward)

@@ -31,7 +31,6 @@ import time
 
 import jax
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.agent import (
     AgentConfig,
@@ -46,6 +45,7 @@ from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
 from jaxrl_suite.envs.text.tools.base import ToolTask
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "agent_tools"
 VARIANTS = ("tools", "direct", "tools_async")

@@ -27,13 +27,13 @@ from typing import Annotated
 
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
 from jaxrl_suite.core.config import Count, NonNegative, Range, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import pyplot, save_figure
+from jaxrl_suite.core.metrics import WandbConfig, pyplot, save_figure
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "carl_generalization"
 VARIANTS = ("default_hidden", "dist_hidden", "dist_visible")
@@ -59,6 +59,7 @@ class RunConfig:
     seeds: tuple[Seed, ...] = tuple(range(8))  # seeds per variant, vmapped in one program
     variants: tuple[str, ...] = VARIANTS
     chunks: Count = 4  # evaluate on the grid (and checkpoint) this many times during training
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

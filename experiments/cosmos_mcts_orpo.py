@@ -43,7 +43,6 @@ from typing import Annotated
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.grpo import SeqBatch, completion_logits
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
@@ -81,6 +80,7 @@ from jaxrl_suite.rewards.curiosity import (
     unit,
 )
 from jaxrl_suite.sampling import mcts
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "cosmos_mcts_orpo"
 VARIANTS = ("small", "large")

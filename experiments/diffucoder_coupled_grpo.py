@@ -37,7 +37,6 @@ from typing import Annotated
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.diffusion import DiffusionConfig, DiffusionStudy, estimator_variance
 from jaxrl_suite.core.config import Count, Positive, Range, check_fields, to_dict
@@ -46,6 +45,7 @@ from jaxrl_suite.core.metrics import pyplot, save_figure
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats
 from jaxrl_suite.losses.coupled_grpo import ESTIMATORS
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "diffucoder_coupled_grpo"
 AR = "ar_grpo"  # the autoregressive reference's run name

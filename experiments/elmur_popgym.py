@@ -27,7 +27,6 @@ import time
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms.rcbc import (
     ARCHS,
     PolicyConfig,
@@ -40,10 +39,12 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import Count, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import WandbConfig
 from jaxrl_suite.core.parallel import make_mesh, print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.popgym import DIFFICULTIES, POPGYM_NAMES, make_popgym
 from jaxrl_suite.models.elmur import ELMURConfig
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "elmur_popgym"
 
@@ -55,6 +56,7 @@ class RunConfig:
     difficulties: tuple[str, ...] = ("easy",)
     models: tuple[str, ...] = ARCHS
     eval_episodes: Count = 32  # per seed
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

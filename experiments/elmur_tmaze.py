@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms.rcbc import (
     PolicyConfig,
     RCBCConfig,
@@ -41,10 +40,12 @@ from jaxrl_suite.algorithms.rcbc import (
 )
 from jaxrl_suite.core.config import Count, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import WandbConfig
 from jaxrl_suite.core.parallel import make_mesh, print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.tmaze import TMaze, tmaze_params
 from jaxrl_suite.models.elmur import ELMURConfig
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "elmur_tmaze"
 MODELS = ("elmur", "transformer")
@@ -72,6 +73,7 @@ class EvalConfig:
 class RunConfig:
     seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped in one program per model
     models: tuple[str, ...] = MODELS
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

@@ -26,7 +26,6 @@ from typing import Annotated
 
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.exit import (
     ExItConfig,
@@ -40,6 +39,7 @@ from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text import IterationMix
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "exit_self_improve"
 # variant -> its trainer over the shared GRPOTrainer (all follow the `fit` protocol)

@@ -36,7 +36,6 @@ from typing import Annotated
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.gencls import (
     StrategyConfig,
@@ -50,6 +49,7 @@ from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_variants, seed_stats
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.envs.text.topics import TopicsTask, keyword_baseline_accuracy
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "gencls_strategies"
 # strategy name -> its switches (StrategyConfig fields; the shared ones come from `strategies`)

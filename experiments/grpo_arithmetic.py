@@ -28,7 +28,6 @@ import time
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms.grpo import GRPOConfig, SFTConfig
 from jaxrl_suite.algorithms.lm_study import (
     EvalConfig,
@@ -43,6 +42,7 @@ from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "grpo_arithmetic"
 VARIANT = "grpo"

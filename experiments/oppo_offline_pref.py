@@ -37,7 +37,6 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import iql, oppo, pref_reward
 from jaxrl_suite.algorithms.iql import BCConfig, IQLConfig
 from jaxrl_suite.algorithms.offline_data import (
@@ -52,11 +51,12 @@ from jaxrl_suite.algorithms.pref_reward import RewardModelConfig
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.config import Count, NonNegative, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import pyplot, save_figure, write_json
+from jaxrl_suite.core.metrics import WandbConfig, pyplot, save_figure, write_json
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.contextual import ContextualEnv
 from jaxrl_suite.envs.offline import make_preferences, normalized_score
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "oppo_offline_pref"
 METHODS = ("bc", "pref_iql", "oppo", "oracle_iql")
@@ -80,6 +80,7 @@ class RunConfig:
     methods: tuple[str, ...] = METHODS
     zspace_dataset: str = "medium-replay"  # the dataset whose OPPO z-space is plotted (seed 0)
     data_seed: Seed = 0  # PPO snapshots, rollouts and preference pairs
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

@@ -40,7 +40,6 @@ import jax
 import numpy as np
 from scipy import stats as scipy_stats
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
 from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
@@ -60,6 +59,7 @@ from jaxrl_suite.curricula.rest import filter_stats, keep_problem, rest_grpo_pro
 from jaxrl_suite.envs.text import Example, ExampleList
 from jaxrl_suite.models.value import ValueLM, init_from_policy
 from jaxrl_suite.sampling import mcts
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "rest_rl_code"
 VARIANTS = ("grpo", "rest_grpo", "rest_dpo")

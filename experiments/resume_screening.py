@@ -34,7 +34,6 @@ from typing import Annotated
 
 import jax
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
@@ -49,6 +48,7 @@ from jaxrl_suite.rewards.composite import (
     composite_components,
     predicted_label,
 )
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "resume_screening"
 VARIANTS = ("aggressive", "gentle")

@@ -29,7 +29,6 @@ import jax
 import numpy as np
 from scipy import stats as scipy_stats
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import (
     Count,
@@ -43,6 +42,7 @@ from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "rollout_efficiency"
 

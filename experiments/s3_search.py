@@ -53,7 +53,6 @@ from typing import Annotated
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.agent import (
     AgentConfig,
@@ -78,6 +77,7 @@ from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats
 from jaxrl_suite.envs.text.facts import FactWorld
 from jaxrl_suite.envs.text.search import ReaderTask, SearchTask, question_ids
 from jaxrl_suite.rewards.gbr import SEARCH_REWARDS
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "s3_search"
 PAPER_CLAIM = ("training the searcher alone on Gain Beyond RAG gives strong downstream "

@@ -26,12 +26,12 @@ import time
 import jax
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import NonNegative, Probability, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_variants, format_numbers
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "siren_entropy"
 # variant -> its changes to the shared `grpo` section, from the `variants` section v

@@ -27,7 +27,6 @@ from typing import Annotated
 
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms.ppo import PPOConfig, fit_unit
 from jaxrl_suite.core.config import (
     Count,
@@ -40,9 +39,11 @@ from jaxrl_suite.core.config import (
     to_dict,
 )
 from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import WandbConfig
 from jaxrl_suite.core.study import Study, check_seeds, check_variants
 from jaxrl_suite.curricula import make_curriculum
 from jaxrl_suite.envs.contextual import CONTEXT_SPACES
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "space_curriculum"
 CURRICULA = ("space", "round_robin", "random", "spdrl")
@@ -89,6 +90,7 @@ class RunConfig:
     curricula: tuple[str, ...] = CURRICULA
     # mean return over all instances (80 % of CartPole's max of 500); a return: any finite value
     threshold: Annotated[float, Range()] = 400.0
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

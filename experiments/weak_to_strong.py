@@ -40,7 +40,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import CONFIGS
 from jaxrl_suite.algorithms import w2s
 from jaxrl_suite.algorithms.ppo import seed_keys
 from jaxrl_suite.core.checkpoint import Checkpointer
@@ -53,10 +52,12 @@ from jaxrl_suite.core.config import (
     to_dict,
 )
 from jaxrl_suite.core.experiment import Experiment, RunOptions
+from jaxrl_suite.core.metrics import WandbConfig
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.text import load_tokenizer, make_task
 from jaxrl_suite.losses.w2s import performance_gap_recovered
+from jaxrl_suite_experiments import CONFIGS
 
 NAME = "weak_to_strong"
 TASKS = ("screening", "dialects")
@@ -96,6 +97,7 @@ class RunConfig:
     seeds: tuple[Seed, ...] = (0, 1, 2)  # vmapped in each stage's program
     scratch_ceiling: bool = True  # also fine-tune each strong size from scratch (no pretraining)
     log_every: Count = 25  # training steps per metrics.jsonl record (mean over seeds)
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

@@ -53,11 +53,11 @@ from jaxrl_suite.algorithms.lm_study import (
     TaskConfig,
     lm_keys,
 )
-from jaxrl_suite.cli import RESUME_MAY_CHANGE, earlier_run
-from jaxrl_suite.core.config import ConfigError, config_changes, from_dict, to_dict
+from jaxrl_suite.core.config import ConfigError, from_dict, to_dict
 from jaxrl_suite.core.experiment import RunOptions
-from jaxrl_suite.core.metrics import read_metrics, write_json
+from jaxrl_suite.core.metrics import WandbOptions, read_metrics, wandb_options, write_json
 from jaxrl_suite.core.parallel import print0
+from jaxrl_suite.core.rundir import earlier_run, resume_changes
 from jaxrl_suite.core.signals import stop_on_sigterm
 from jaxrl_suite.envs.text.base import Example, ExampleList, Task, Verdicts
 from jaxrl_suite.envs.text.tfds_tasks import read_jsonl
@@ -493,17 +493,46 @@ def _chain(*callbacks):
     return lambda n, state: {k: v for c in callbacks for k, v in c(n, state).items()}
 
 
+COMMON_OPTIONS = ("prompt_len", "truncate", "seed", "eval_config", "run_config", "out_dir",
+                  "resume", "progress", "tensorboard", "wandb")
+
+
+def _check_options(who: str, options: Mapping[str, Any]) -> None:
+    """A keyword that is not one of COMMON_OPTIONS is a one-line ConfigError."""
+    unknown = sorted(set(options) - set(COMMON_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{who}() got an unknown option {unknown[0]!r}; its other options: "
+                          f"{', '.join(COMMON_OPTIONS)}")
+
+
 class _Trainer:
     """What GRPO and SFT share: records -> task, tokenizer, lengths, the `LMStudy`, the output
-    directory, resume, evaluation."""
+    directory, resume, evaluation.
+
+    The options both take (`COMMON_OPTIONS`, keyword only):
+      prompt_len: prompt tokens (default: the longest prompt of the records).
+      truncate: None (a prompt too long is an error) or "left" (cut from the left).
+      seed: model init, data order and sampling.
+      eval_config: `EvalConfig` fields ("every", "batch_size", "samples", "ks", ...).
+      run_config: `RunConfig` fields ("checkpoint_every", "keep_checkpoints", "num_devices",
+        "mesh": {"data", "fsdp", "tensor"}).
+      out_dir: metrics.jsonl, config.json and checkpoints/STAGE (default: a new temporary
+        directory); resume: continue the run in out_dir; progress: the progress bar;
+        tensorboard: also TensorBoard event files; wandb: also log to Weights & Biases (True,
+        or a dict of "project", "entity", "mode"; the `wandb` extra).
+    """
 
     stage: ClassVar[str]  # "grpo" | "sft": the stage name in metrics.jsonl and checkpoints/
 
     def __init__(self, model: LM | None, train: Records, eval_records: Records | None,
                  rewards: Rewards, *, names: tuple[str, str], grpo: GRPOConfig, sft: SFTConfig,
-                 targets: bool, max_new_tokens: int | None, prompt_len: int | None,
-                 truncate: str | None, seed: int, eval_config, run_config, out_dir, resume: bool,
-                 progress: bool, tensorboard: bool):
+                 targets: bool, max_new_tokens: int | None = None,
+                 prompt_len: int | None = None, truncate: str | None = None, seed: int = 0,
+                 eval_config: Mapping[str, Any] | EvalConfig | None = None,
+                 run_config: Mapping[str, Any] | RunConfig | None = None,
+                 out_dir: str | os.PathLike | None = None, resume: bool = False,
+                 progress: bool = True, tensorboard: bool = False,
+                 wandb: bool | Mapping[str, Any] | None = None):
         lm = LM.small() if model is None else model
         if not isinstance(lm, LM):
             raise ConfigError(f"model must be an LM (LM.small(), LM(...), "
@@ -570,7 +599,8 @@ class _Trainer:
             self._check_resume()
         self.study = LMStudy(f"api_{self.stage}", self.cfg,
                              RunOptions(out_dir=self.out_dir, resume=resume,
-                                        tensorboard=tensorboard, progress=progress),
+                                        tensorboard=tensorboard, progress=progress,
+                                        wandb=self._wandb(wandb)),
                              variants=(self.stage,), task=task, write_config=False,
                              tokenizer=tokenizer)
         model_cfg = self.study.lm.model.config
@@ -599,24 +629,28 @@ class _Trainer:
 
     def _check_resume(self) -> None:
         """A resumed run has the data, rewards and config of the run in out_dir (its
-        config.json), save for the fields `jaxrl-suite run --resume` lets change."""
-        stored = self.out_dir / "config.json"
+        config.json), save for the fields `jaxrl-suite run --resume` lets change
+        (`core.rundir.RESUME_MAY_CHANGE`)."""
         if not earlier_run(self.out_dir):
             print0(f"jaxrl_suite: resume: nothing to resume in {self.out_dir}; starting afresh")
-        if not stored.is_file():
-            return
-        try:
-            old = json.loads(stored.read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"resume: {stored} does not read ({e})") from None
-        changes = {k.removeprefix("config."): v
-                   for k, v in config_changes(old, self._record).items()}
-        refused = {k: v for k, v in changes.items() if not k.startswith(RESUME_MAY_CHANGE)}
-        if refused:
-            shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(refused.items())[:4])
-            raise ConfigError(f"resume: this run differs from the one in {stored} in {shown}; "
-                              f"resume with the same records, rewards and config, or pass "
-                              f"another out_dir")
+        resume_changes(self.out_dir, self._record, what="resume",
+                       hint="resume with the same records, rewards and config, or pass another "
+                       "out_dir")
+
+    def _wandb(self, wandb: bool | Mapping[str, Any] | None) -> WandbOptions | None:
+        """W&B logging (as `jaxrl-suite run --wandb`): on with wandb=True, a dict of
+        {"project", "entity", "mode"}, or run_config={"wandb": {"enabled": True, ...}}; the
+        dict's fields over run_config's. The W&B run's group is out_dir's name."""
+        if wandb is not None and not isinstance(wandb, bool | Mapping):
+            raise ConfigError(f"wandb must be True, False, None or a dict of project, entity, "
+                              f"mode; got {type(wandb).__name__}")
+        given = wandb if isinstance(wandb, Mapping) else {}
+        unknown = sorted(set(given) - {"project", "entity", "mode"})
+        if unknown:
+            raise ConfigError(f"unknown wandb option {unknown[0]!r} (project, entity, mode)")
+        on = wandb is True or isinstance(wandb, Mapping)
+        return wandb_options(self.cfg.run.wandb, enabled=on, **given, group=self.out_dir.name,
+                             job_type=f"api.{self.stage}", config=self._record)
 
     def _start_params(self):
         """The params training starts from: the LM's (with fresh adapters for a LoRA model
@@ -726,17 +760,10 @@ class GRPO(_Trainer):
       reward_weights: one weight per function (default all 1).
       config: a dict of `GRPOConfig` fields ("steps", "group_size", "lr", ...) or a
         `GRPOConfig`; default the kit's defaults. An unknown key is a one-line ConfigError.
-      prompt_len: prompt tokens (default: the longest prompt of the records).
-      truncate: None (a prompt too long is an error) or "left" (cut from the left).
       solved_reward: the reward at which a completion counts as solved (default: the sum of the
         positive weights).
-      seed: model init, data order and sampling.
-      eval_config: `EvalConfig` fields ("every", "batch_size", "samples", "ks", ...).
-      run_config: `RunConfig` fields ("checkpoint_every", "keep_checkpoints", "num_devices",
-        "mesh": {"data", "fsdp", "tensor"}).
-      out_dir: metrics.jsonl, config.json and checkpoints/grpo (default: a new temporary
-        directory); resume: continue the run in out_dir; progress: the progress bar;
-        tensorboard: also TensorBoard event files.
+      **options: the options both trainers take (`COMMON_OPTIONS`): prompt_len, truncate, seed,
+        eval_config, run_config, out_dir, resume, progress, tensorboard, wandb.
     """
 
     stage = "grpo"
@@ -744,12 +771,10 @@ class GRPO(_Trainer):
     def __init__(self, model: LM | None = None, *, reward_funcs, train_prompts: Records,
                  eval_prompts: Records | None = None, reward_weights: Sequence[float] | None = None,
                  config: Mapping[str, Any] | GRPOConfig | None = None,
-                 prompt_len: int | None = None, truncate: str | None = None,
-                 solved_reward: float | None = None, seed: int = 0,
-                 eval_config: Mapping[str, Any] | EvalConfig | None = None,
-                 run_config: Mapping[str, Any] | RunConfig | None = None,
-                 out_dir: str | os.PathLike | None = None, resume: bool = False,
-                 progress: bool = True, tensorboard: bool = False):
+                 solved_reward: float | None = None, **options):
+        if "max_new_tokens" in options:
+            raise ConfigError("GRPO takes max_new_tokens in config= (grpo.max_new_tokens)")
+        _check_options("GRPO", options)
         grpo = _section(GRPOConfig, config, "grpo.")
         if grpo.carry_optimizer:
             raise ConfigError("config field 'grpo.carry_optimizer' does not apply to the Python "
@@ -761,10 +786,7 @@ class GRPO(_Trainer):
         super().__init__(model, train_prompts, eval_prompts,
                          Rewards(reward_funcs, reward_weights, solved=solved_reward),
                          names=("train_prompts", "eval_prompts"), grpo=grpo, sft=SFTConfig(),
-                         targets=False, max_new_tokens=None, prompt_len=prompt_len,
-                         truncate=truncate, seed=seed, eval_config=eval_config,
-                         run_config=run_config, out_dir=out_dir, resume=resume,
-                         progress=progress, tensorboard=tensorboard)
+                         targets=False, **options)
 
     def _make_trainer(self):
         c = self.cfg.grpo
@@ -795,14 +817,10 @@ class SFT(_Trainer):
     def __init__(self, model: LM | None = None, *, train_data: Records,
                  eval_data: Records | None = None,
                  config: Mapping[str, Any] | SFTConfig | None = None,
-                 max_new_tokens: int | None = None, prompt_len: int | None = None,
-                 truncate: str | None = None, reward_funcs=None,
+                 max_new_tokens: int | None = None, reward_funcs=None,
                  reward_weights: Sequence[float] | None = None,
-                 solved_reward: float | None = None, seed: int = 0,
-                 eval_config: Mapping[str, Any] | EvalConfig | None = None,
-                 run_config: Mapping[str, Any] | RunConfig | None = None,
-                 out_dir: str | os.PathLike | None = None, resume: bool = False,
-                 progress: bool = True, tensorboard: bool = False):
+                 solved_reward: float | None = None, **options):
+        _check_options("SFT", options)
         sft = _section(SFTConfig, config, "sft.")
         rewards = Rewards({"exact": exact_completion} if reward_funcs is None else reward_funcs,
                           reward_weights, solved=solved_reward)
@@ -811,10 +829,7 @@ class SFT(_Trainer):
             raise ConfigError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         super().__init__(model, train_data, eval_data, rewards,
                          names=("train_data", "eval_data"), grpo=GRPOConfig(), sft=sft,
-                         targets=True, max_new_tokens=max_new_tokens, prompt_len=prompt_len,
-                         truncate=truncate, seed=seed, eval_config=eval_config,
-                         run_config=run_config, out_dir=out_dir, resume=resume,
-                         progress=progress, tensorboard=tensorboard)
+                         targets=True, max_new_tokens=max_new_tokens, **options)
 
     def _make_trainer(self):
         return self.study.sft_trainer()

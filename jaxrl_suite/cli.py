@@ -33,7 +33,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -41,11 +40,12 @@ from typing import NoReturn
 import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
-from jaxrl_suite.core.config import ConfigError, config_changes, from_dict, load_config, to_dict
+from jaxrl_suite.core.config import ConfigError, from_dict, load_config, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
-from jaxrl_suite.core.metrics import WANDB_MODES, WandbOptions, import_wandb, write_json
+from jaxrl_suite.core.metrics import WANDB_MODES, WandbOptions, wandb_options, write_json
 from jaxrl_suite.core.parallel import init_distributed
 from jaxrl_suite.core.registry import UnknownNameError
+from jaxrl_suite.core.rundir import earlier_run, log_resume_changes, move_aside, resume_changes
 from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
 from jaxrl_suite.core.train import NonFiniteError
 
@@ -128,19 +128,19 @@ SMOKE_NOTE = ("jaxrl-suite: --smoke: a tiny run that checks the plumbing, not th
               "numbers are meaningless by design")
 
 
-def _wandb_options(args: argparse.Namespace, out_dir: Path, config: dict) -> WandbOptions | None:
-    """`--wandb`'s options (None without it); a --wandb-* flag without --wandb, or a missing
-    wandb package, is a one-line ConfigError."""
-    if not args.wandb:
+def _wandb_options(args: argparse.Namespace, cfg, out_dir: Path,
+                   config: dict) -> WandbOptions | None:
+    """The run's W&B options: on with `--wandb` or the config's `run.wandb.enabled`, the
+    --wandb-* flags over `run.wandb`'s fields (None when off). A --wandb-* flag while W&B is
+    off, or a missing wandb package, is a one-line ConfigError."""
+    configured = getattr(getattr(cfg, "run", None), "wandb", None)
+    if not args.wandb and not (configured and configured.enabled):
         given = [f for f in ("project", "entity", "mode") if getattr(args, f"wandb_{f}")]
         if given:
-            raise ConfigError(f"--wandb-{given[0]} needs --wandb")
-        return None
-    if jax.process_index() == 0:  # only process 0 logs
-        import_wandb()
-    return WandbOptions(project=args.wandb_project, entity=args.wandb_entity,
-                        mode=args.wandb_mode, group=out_dir.name, job_type=args.name,
-                        config=config)
+            raise ConfigError(f"--wandb-{given[0]} needs --wandb (or run.wandb.enabled)")
+    return wandb_options(configured, enabled=args.wandb, project=args.wandb_project,
+                         entity=args.wandb_entity, mode=args.wandb_mode, group=out_dir.name,
+                         job_type=args.name, config=config)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("results") / (args.name + ("-smoke" if args.smoke else ""))
     out_dir = out_dir.absolute()
     config = {"experiment": args.name, "config": to_dict(cfg)}
-    wandb = _wandb_options(args, out_dir, config)  # checked before anything is moved or written
+    wandb = _wandb_options(args, cfg, out_dir, config)  # checked before anything is moved
     ckpt_dir = out_dir / "checkpoints"
     if args.resume and args.overwrite:
         raise ConfigError("--resume continues the run in --out and --overwrite replaces it: "
@@ -168,14 +168,14 @@ def _run(args: argparse.Namespace) -> int:
         if jax.process_index() == 0:
             print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
                   file=sys.stderr)
-    changed = _check_resume_config(out_dir, config) if args.resume else {}
+    changed = resume_changes(out_dir, config) if args.resume else {}
     if jax.process_index() == 0:
         try:  # also the start-up check that --out is writable, before any compilation
             write_json(out_dir / "config.json", config)
         except OSError as e:
             raise ConfigError(f"--out {out_dir} is not writable ({e.strerror or e})") from None
         if changed:
-            _log_resume_changes(out_dir, changed)
+            log_resume_changes(out_dir, changed)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -188,67 +188,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.smoke and jax.process_index() == 0:  # below the results it qualifies
         print(SMOKE_NOTE)
     return 0
-
-
-# Fields that may differ from the stored config.json on --resume: where and how often to save, and
-# how the devices are laid out; none of them changes what the run computes.
-RESUME_MAY_CHANGE = ("run.checkpoint_every", "run.keep_checkpoints", "run.num_devices",
-                     "run.mesh.")
-
-
-def _check_resume_config(out_dir: Path, config: dict) -> dict[str, tuple]:
-    """The allowed fields (RESUME_MAY_CHANGE) that differ from the run's config.json; any other
-    difference is a one-line ConfigError naming the fields."""
-    stored = out_dir / "config.json"
-    if not stored.is_file():
-        return {}
-    try:
-        old = json.loads(stored.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--resume: {stored} does not read ({e})") from None
-    changes = {k.removeprefix("config."): v for k, v in config_changes(old, config).items()}
-    refused = {k: v for k, v in changes.items() if not k.startswith(RESUME_MAY_CHANGE)}
-    if refused:
-        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(refused.items())[:4])
-        more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
-        raise ConfigError(f"--resume: the config differs from {stored} in {shown}{more}; resume "
-                          f"with the run's config, or start afresh with --overwrite")
-    return changes
-
-
-def _log_resume_changes(out_dir: Path, changed: dict[str, tuple]) -> None:
-    """Record the allowed changes of a resume in OUT/resumes.jsonl, and say them in one line."""
-    record = {"time": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "changed": {k: {"from": a, "to": b} for k, (a, b) in changed.items()}}
-    with open(out_dir / "resumes.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
-    print("jaxrl-suite: resuming with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in
-                                                    changed.items()) + " (resumes.jsonl)",
-          file=sys.stderr)
-
-
-def earlier_run(out_dir: Path) -> bool:
-    """Whether `out_dir` holds work of an earlier run: a summary.json, a finished run's
-    result.json, a logged metrics record or a checkpoint step. (A run that stopped at a bad
-    config before any of these left only its config.json, and is simply started again.)"""
-    if not out_dir.is_dir():
-        return False
-    if (out_dir / "summary.json").exists() or any(out_dir.glob("runs/**/result.json")):
-        return True
-    if any(p.stat().st_size for p in out_dir.rglob("metrics.jsonl")):
-        return True
-    ckpts = out_dir / "checkpoints"
-    return ckpts.is_dir() and any(p.is_dir() and p.name.isdigit() for p in ckpts.rglob("*"))
-
-
-def move_aside(out_dir: Path) -> Path:
-    """Rename `out_dir` to a free timestamped sibling, OUT.old-YYYYmmdd-HHMMSS[-N]; returns it."""
-    stem = f"{out_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}"
-    dest, n = out_dir.with_name(stem), 1
-    while dest.exists():
-        dest, n = out_dir.with_name(f"{stem}-{n}"), n + 1
-    out_dir.rename(dest)
-    return dest
 
 
 def _eval(args: argparse.Namespace) -> int:

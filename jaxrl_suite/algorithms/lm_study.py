@@ -60,7 +60,7 @@ from jaxrl_suite.core.config import (
     check_fields,
 )
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
-from jaxrl_suite.core.metrics import MetricsLogger, plot_runs, read_metrics, write_json
+from jaxrl_suite.core.metrics import MetricsLogger, WandbConfig, plot_runs, read_metrics, write_json
 from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh
 from jaxrl_suite.core.study import Study, check_seeds, open_run_log
 from jaxrl_suite.envs.text import TASKS, Example, Task
@@ -161,6 +161,7 @@ class RunConfig:
     # keep the last this many checkpoints per stage (>= 2: a step that does not read falls back
     # to the one before it, `core.checkpoint`)
     keep_checkpoints: Annotated[int, Range(ge=2)] = 2
+    wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above

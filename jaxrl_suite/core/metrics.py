@@ -78,6 +78,41 @@ class WandbOptions:
             raise ConfigError(f"wandb mode {self.mode!r} must be one of {', '.join(WANDB_MODES)}")
 
 
+@dataclasses.dataclass(frozen=True)
+class WandbConfig:
+    """`run.wandb` of an experiment's config: `enabled: true` logs to W&B as `--wandb` does,
+    with these settings (None: W&B's own, see `WandbOptions`). The `--wandb-*` flags override
+    them; a resume may change them."""
+
+    enabled: bool = False
+    project: str | None = None
+    entity: str | None = None
+    mode: str | None = None  # "online", "offline" or "disabled"
+
+    def __post_init__(self):
+        if self.mode is not None and self.mode not in WANDB_MODES:
+            raise ConfigError(f"'run.wandb.mode' must be one of {', '.join(WANDB_MODES)}, got "
+                              f"{self.mode!r}")
+
+
+def wandb_options(configured: WandbConfig | None, *, enabled: bool = False,
+                  group: str | None = None, job_type: str | None = None,
+                  config: Mapping[str, Any] | None = None, **given: str | None
+                  ) -> WandbOptions | None:
+    """The W&B options of a run: on when `enabled` (`--wandb`) or `configured.enabled`
+    (`run.wandb`); each of project, entity, mode from `given` (the flags) where not None, else
+    from `configured`. None when off; on without the wandb package is a one-line ConfigError
+    (checked on process 0, the one that logs)."""
+    configured = configured or WandbConfig()
+    if not (enabled or configured.enabled):
+        return None
+    if jax.process_index() == 0:
+        import_wandb()
+    fields = {k: given.get(k) if given.get(k) is not None else getattr(configured, k)
+              for k in ("project", "entity", "mode")}
+    return WandbOptions(**fields, group=group, job_type=job_type, config=config)
+
+
 def import_wandb():
     """The `wandb` module; a missing package is a one-line `ConfigError` naming the extra."""
     try:

@@ -39,6 +39,12 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def unregister(self, name: str) -> T:
+        """Remove and return `name`'s entry (e.g. a test's probe, registered for that test)."""
+        if name not in self._entries:
+            raise UnknownNameError(f"unknown {self.kind} {name!r}")
+        return self._entries.pop(name)
+
     def get(self, name: str) -> T:
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "(none)"

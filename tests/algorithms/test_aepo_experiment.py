@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments.aepo_grounding import VARIANTS, _claims
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.study import seed_stats
+from jaxrl_suite_experiments.aepo_grounding import VARIANTS, _claims
 
 SMOKE = ["--smoke", "--no-progress"]
 SPLITS = ("seen", "unseen")

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from experiments.agent_tools import VARIANTS, Config, agent_config
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite_experiments.agent_tools import VARIANTS, Config, agent_config
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from experiments.cosmos_mcts_orpo import Config, PlotScorer
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
+from jaxrl_suite_experiments.cosmos_mcts_orpo import Config, PlotScorer
 
 ROWS = ["small, greedy (SFT)", "small + MCTS", "small + MCTS, exact step values",
         "small + 1 ORPO round, greedy",

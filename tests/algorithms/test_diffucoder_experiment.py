@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from experiments.diffucoder_coupled_grpo import Config, VarianceConfig
 from jaxrl_suite.algorithms.diffusion import DiffusionConfig
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite_experiments.diffucoder_coupled_grpo import Config, VarianceConfig
 
 RUNS = ["coupled", "single", "full", "ar_grpo"]
 

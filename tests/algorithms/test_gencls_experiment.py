@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.gencls_strategies import VARIANTS, Config, StrategiesConfig, twin
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite_experiments.gencls_strategies import VARIANTS, Config, StrategiesConfig, twin
 
 SMOKE = ["--smoke", "--no-progress"]
 NAMES = ["base", "ppl", "reasoning"]  # the smoke config's strategies

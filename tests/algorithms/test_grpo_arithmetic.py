@@ -8,7 +8,6 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.grpo_arithmetic import Config
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer
 from jaxrl_suite.cli import SMOKE_NOTE, main
 from jaxrl_suite.core import metrics
@@ -19,6 +18,7 @@ from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM
+from jaxrl_suite_experiments.grpo_arithmetic import Config
 
 SMOKE = ["--smoke", "--no-progress"]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo_arithmetic.yaml"

@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from experiments.grpo_arithmetic import Config
 from jaxrl_suite.algorithms.lm_study import LMSections, LMStudy, ModelConfig, SFTConfig
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.envs.text import TASKS
+from jaxrl_suite_experiments.grpo_arithmetic import Config
 
 TINY = ModelConfig(vocab_size=512, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,
                    max_len=96)

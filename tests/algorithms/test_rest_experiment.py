@@ -7,17 +7,17 @@ import types
 import numpy as np
 import pytest
 
-from experiments.rest_rl_code import (
+from jaxrl_suite.cli import main
+from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite.curricula.rest import keep_problem
+from jaxrl_suite.envs.text import ExampleList, make_task
+from jaxrl_suite_experiments.rest_rl_code import (
     DECODERS,
     VARIANTS,
     RestConfig,
     _dpo_trainer,
     _rest_task_trainer,
 )
-from jaxrl_suite.cli import main
-from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.curricula.rest import keep_problem
-from jaxrl_suite.envs.text import ExampleList, make_task
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.rollout_efficiency import VARIANTS, Config, variant_config
 from jaxrl_suite.algorithms.grpo import GRPOConfig
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite_experiments.rollout_efficiency import VARIANTS, Config, variant_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rollout_efficiency.yaml"
 

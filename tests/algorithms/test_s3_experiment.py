@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from experiments.s3_search import METRICS, Config, _claims, variant_name
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.study import seed_stats
 from jaxrl_suite.envs.text.search import question_ids
+from jaxrl_suite_experiments.s3_search import METRICS, Config, _claims, variant_name
 
 SMOKE = ["--smoke", "--no-progress"]
 RUNS = ["gbr_n4", "gbr_n8", "acc_n4", "acc_n8"]

@@ -7,7 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.resume_screening import (
+from jaxrl_suite.cli import main
+from jaxrl_suite.core.config import load_config
+from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite.envs.text.screening import KeywordATS, ScreeningTask
+from jaxrl_suite.rewards.composite import COMPONENTS, collapse_report
+from jaxrl_suite_experiments.resume_screening import (
     METRICS,
     SAMPLED,
     VARIANTS,
@@ -15,11 +20,6 @@ from experiments.resume_screening import (
     evaluate_decisions,
     variant_task,
 )
-from jaxrl_suite.cli import main
-from jaxrl_suite.core.config import load_config
-from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.envs.text.screening import KeywordATS, ScreeningTask
-from jaxrl_suite.rewards.composite import COMPONENTS, collapse_report
 
 SMOKE = ["--smoke", "--no-progress"]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "resume_screening.yaml"

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.siren_entropy import VARIANTS, Config, variant_config
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
+from jaxrl_suite_experiments.siren_entropy import VARIANTS, Config, variant_config
 
 SMOKE = ["--smoke", "--no-progress"]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "siren_entropy.yaml"

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from experiments.weak_to_strong import _claims
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite_experiments.weak_to_strong import _claims
 
 SMOKE = ["--smoke", "--no-progress"]
 PAIR = "1x16:1x16"

@@ -324,14 +324,15 @@ def test_from_pretrained_loads_a_local_checkpoint(tmp_path):
                    qkv_bias=True)
     params = CausalLM(cfg).init(jax.random.PRNGKey(3), np.zeros((1, 4), np.int32))
     texts = [r["prompt"] + r["answer"] for r in TRAIN]
-    save_hf_checkpoint(params, cfg, tmp_path / "hf",
-                       tokenizer=load_tokenizer("bpe:300", texts=texts))
+    tok = load_tokenizer("bpe:300", texts=texts)
+    save_hf_checkpoint(params, cfg, tmp_path / "hf", tokenizer=tok)
     trainer = GRPO(model=LM.from_pretrained(tmp_path / "hf"), reward_funcs=[correct],
                    train_prompts=TRAIN, config=GRPO_CONFIG, out_dir=tmp_path / "o", **QUIET)
     assert trainer.study.lm.pretrained and trainer.study.lm.model.config.qkv_bias
-    # the checkpoint's tokenizer measures the prompts
-    own = load_tokenizer(str(tmp_path / "hf"))
-    assert trainer.prompt_len == max(len(own.encode(r["prompt"])) for r in TRAIN)
+    # the checkpoint's tokenizer, the one it was saved with, measures the prompts
+    assert trainer.prompt_len == max(len(tok.encode(r["prompt"])) for r in TRAIN)
+    assert [trainer.tokenizer.encode(r["prompt"]) for r in TRAIN] == \
+        [tok.encode(r["prompt"]) for r in TRAIN]
     for a, b in zip(jax.tree.leaves(trainer.params), jax.tree.leaves(params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b))
     with pytest.raises(ConfigError, match="'d_model' comes from the checkpoint"):

@@ -87,9 +87,10 @@ def _probe_run(cfg, opts):
 def probe_yaml(tmp_path_factory):
     yaml = tmp_path_factory.mktemp("probe") / "probe.yaml"
     yaml.write_text("x: 1\n")
-    if NAME not in EXPERIMENTS:
-        EXPERIMENTS.register(NAME, Experiment(NAME, _Cfg, _probe_run, config=yaml))
-    return yaml
+    # registered for this module only: other tests in the worker walk every registered experiment
+    EXPERIMENTS.register(NAME, Experiment(NAME, _Cfg, _probe_run, config=yaml))
+    yield yaml
+    EXPERIMENTS.unregister(NAME)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -36,16 +37,30 @@ class _Cfg:
     x: int = 0
 
 
-def test_a_missing_default_config_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+def test_a_missing_default_config_is_one_line_exit_2(tmp_path, capsys):
     exp = Experiment("no_yaml_probe", _Cfg, lambda cfg, opts: {}, config=tmp_path / "gone.yaml")
     with pytest.raises(ConfigError, match="gone.yaml"):
         exp.default_config()
     # registered for this test only: other tests in the worker walk every registered experiment
-    monkeypatch.setitem(EXPERIMENTS._entries, "no_yaml_probe", exp)
-    assert main(["run", "no_yaml_probe", "--out", str(tmp_path / "o")]) == 2
+    EXPERIMENTS.register("no_yaml_probe", exp)
+    try:
+        assert main(["run", "no_yaml_probe", "--out", str(tmp_path / "o")]) == 2
+    finally:
+        EXPERIMENTS.unregister("no_yaml_probe")
     err = capsys.readouterr().err.strip()
     assert "default config" in err and "gone.yaml" in err and "\n" not in err
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml lists the packages (the experiments are mapped to another name, which
+    setuptools' find cannot do): every folder with an __init__.py is one of them."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in ROOT.glob("jaxrl_suite/**/__init__.py")}
+    assert listed == found | {"jaxrl_suite_experiments"}
+    assert (ROOT / "experiments" / "__init__.py").is_file()
 
 
 def test_a_non_editable_install_finds_experiments_and_configs(tmp_path):
@@ -57,12 +72,15 @@ def test_a_non_editable_install_finds_experiments_and_configs(tmp_path):
     wheel, = (tmp_path / "dist").glob("jaxrl_suite-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    assert {f"experiments/configs/{n}.yaml" for n in NAMES} <= set(names)
+    assert {f"jaxrl_suite_experiments/configs/{n}.yaml" for n in NAMES} <= set(names)
+    assert not any(n.startswith("experiments/") for n in names)  # no top-level `experiments`
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
                     "--target", str(site), str(wheel)], check=True, capture_output=True)
     probe = textwrap.dedent("""
-        import jaxrl_suite, experiments
+        import importlib.util
+        import jaxrl_suite, jaxrl_suite_experiments
+        assert importlib.util.find_spec("experiments") is None  # no top-level `experiments`
         from jaxrl_suite.cli import main
         from jaxrl_suite.core.config import load_config
         from jaxrl_suite.core.experiment import load_experiments

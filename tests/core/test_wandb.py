@@ -23,8 +23,10 @@ from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
 from jaxrl_suite.core.metrics import (
     WANDB_RUN_FILE,
     MetricsLogger,
+    WandbConfig,
     WandbOptions,
     read_metrics,
+    wandb_options,
 )
 from jaxrl_suite.core.study import open_run_log
 
@@ -244,7 +246,7 @@ def test_wandb_flags_without_wandb_and_a_bad_mode_are_one_line(tmp_path, capsys,
     out = tmp_path / "out"
     assert main(["run", PROBE, "--out", str(out), "--wandb-project", "p"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "jaxrl-suite: error: --wandb-project needs --wandb"
+    assert err == "jaxrl-suite: error: --wandb-project needs --wandb (or run.wandb.enabled)"
     assert not out.exists()
     with pytest.raises(ConfigError, match="wandb mode 'cloud' must be one of online, offline"):
         WandbOptions(mode="cloud")
@@ -293,9 +295,10 @@ def _probe_run(cfg, opts):
 def probe(tmp_path_factory):
     yaml = tmp_path_factory.mktemp("wandb_probe") / "probe.yaml"
     yaml.write_text("steps: 6\n")
-    if PROBE not in EXPERIMENTS:
-        EXPERIMENTS.register(PROBE, Experiment(PROBE, _Cfg, _probe_run, config=yaml))
+    # registered for the test only: other tests in the worker walk every registered experiment
+    EXPERIMENTS.register(PROBE, Experiment(PROBE, _Cfg, _probe_run, config=yaml))
     yield PROBE
+    EXPERIMENTS.unregister(PROBE)
     _INTERRUPT[0] = 0
 
 
@@ -346,3 +349,45 @@ def test_cli_wandb_smoke_run_of_an_lm_study_matches_its_metrics(offline, monkeyp
         assert got["run"].project == "jaxrl_suite" and got["run"].job_type == "grpo_arithmetic"
         ids.add(got["run"].run_id)
     assert len(ids) == len(logs)
+
+
+# ---- run.wandb and the Python API ----
+def test_run_wandb_config_turns_wandb_on_and_the_flags_override_it():
+    assert wandb_options(WandbConfig()) is None  # off by default
+    assert wandb_options(None, enabled=False, project="p") is None
+    on = WandbConfig(enabled=True, project="cfg-project", mode="offline")
+    opts = wandb_options(on, project=None, entity="me", group="g", job_type="j")
+    assert (opts.project, opts.entity, opts.mode, opts.group) == ("cfg-project", "me", "offline",
+                                                                  "g")
+    assert wandb_options(on, project="flag-project").project == "flag-project"
+    assert wandb_options(None, enabled=True).project is None  # W&B's own default
+    with pytest.raises(ConfigError, match="'run.wandb.mode' must be one of online, offline"):
+        WandbConfig(mode="cloud")
+
+
+def test_the_python_api_logs_its_metrics_to_an_offline_wandb_run(offline, monkeypatch):
+    from jaxrl_suite import GRPO, LM
+
+    wandb_dir = offline / "wb"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    prompts = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 16)]
+    out = offline / "api_run"
+    with pytest.raises(ConfigError, match="unknown wandb option 'projekt'"):
+        GRPO(LM.small(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64),
+             reward_funcs=lambda completion, answer: 0.0, train_prompts=prompts,
+             wandb={"projekt": "x"}, out_dir=out)
+    trainer = GRPO(LM.small(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64),
+                   reward_funcs=lambda completion, answer: float(completion == answer),
+                   train_prompts=prompts, progress=False, out_dir=out,
+                   config={"steps": 2, "prompts_per_step": 2, "group_size": 2,
+                           "max_new_tokens": 4},
+                   wandb={"project": "api-probe", "mode": "offline"}).train()
+    _settle()
+    records = trainer.metrics
+    assert [r["step"] for r in records] == [1, 2]
+    run_file, = _offline_runs(wandb_dir, _run_id(out))
+    got = _read_run(run_file)
+    _assert_history_matches(got["history"], records)
+    assert got["run"].project == "api-probe" and got["run"].run_group == "api_run"
+    assert got["run"].job_type == "api.grpo"

@@ -112,6 +112,20 @@ def test_local_hugging_face_directory_loads_through_same_interface(tok, tmp_path
     assert local.decode_batch(ids, mask) == ["12+34=", "5+6="]
 
 
+@pytest.mark.parametrize("kind", ["byt5", "bpe:300"])
+def test_a_tokenizer_saved_beside_a_qwen2_config_loads_back_as_itself(kind, tmp_path):
+    """save_hf_checkpoint writes the tokenizer next to a Qwen2-type config.json; transformers 5's
+    AutoTokenizer would pick Qwen2Tokenizer from that config (ByT5 then encoded to nothing)."""
+    texts = ["12+34=46", "the answer is <answer>7</answer>"] * 20
+    saved = load_tokenizer(kind, texts)
+    saved.hf.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2"}')
+    back = load_tokenizer(str(tmp_path))
+    assert type(back.hf).__name__ == type(saved.hf).__name__
+    for text in texts[:2]:
+        assert back.encode(text) == saved.encode(text) and len(back.encode(text)) > 0
+
+
 BPE_TEXTS = [f"{a} {b} was born in {c}." for a in ("Mira", "Rawka", "Tolvek", "Zalba")
              for b in ("Tolvek", "Tolvik", "Rutru") for c in ("Danow", "Krake", "Veldor")]
 

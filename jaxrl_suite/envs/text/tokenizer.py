@@ -11,8 +11,10 @@ sequences are about 3x shorter than in bytes and decoding stays exact (every byt
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -140,6 +142,23 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> Tokenizer:
         tokenizer_object=tok, pad_token=pad, eos_token=eos, unk_token=unk))
 
 
+def _saved_class(path: str):
+    """The transformers class a tokenizer directory was saved from (its tokenizer_config.json's
+    `tokenizer_class`), else `AutoTokenizer`. transformers 5's AutoTokenizer prefers the class
+    of the model type in a config.json beside it: a ByT5 or byte-level BPE tokenizer saved with a
+    Qwen2-type checkpoint (`save_hf_checkpoint`) came back as a Qwen2Tokenizer that encodes
+    differently (ByT5: no tokens at all)."""
+    config = Path(path) / "tokenizer_config.json"
+    name = None
+    if config.is_file():
+        try:
+            name = json.loads(config.read_text()).get("tokenizer_class")
+        except (OSError, ValueError, AttributeError):
+            name = None
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    return cls if hasattr(cls, "from_pretrained") else transformers.AutoTokenizer
+
+
 def load_tokenizer(name_or_path: str = "byt5", texts: Sequence[str] | None = None) -> Tokenizer:
     """Loads "byt5" (built in, no files), "bpe:N" (`train_bpe` with N ids on `texts`), or a local
     Hugging Face tokenizer directory / cache entry.
@@ -159,7 +178,7 @@ def load_tokenizer(name_or_path: str = "byt5", texts: Sequence[str] | None = Non
                              f"were given")
         return train_bpe(texts, int(size))
     try:
-        hf = transformers.AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+        hf = _saved_class(name_or_path).from_pretrained(name_or_path, local_files_only=True)
     except (OSError, ValueError) as e:
         raise FileNotFoundError(
             f"no tokenizer at {name_or_path!r} (not a local directory or cached model)"
