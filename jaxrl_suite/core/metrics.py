@@ -58,6 +58,11 @@ WANDB_RUN_FILE = "wandb_run.json"
 WANDB_MISSING = "--wandb needs the wandb package: pip install 'jaxrl_suite[wandb]'"
 
 
+def _check_wandb_mode(mode: str | None, name: str) -> None:
+    if mode is not None and mode not in WANDB_MODES:
+        raise ConfigError(f"{name} {mode!r} must be one of {', '.join(WANDB_MODES)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class WandbOptions:
     """`--wandb`: also log every metrics record to Weights & Biases (`MetricsLogger`).
@@ -74,8 +79,7 @@ class WandbOptions:
     config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
-        if self.mode is not None and self.mode not in WANDB_MODES:
-            raise ConfigError(f"wandb mode {self.mode!r} must be one of {', '.join(WANDB_MODES)}")
+        _check_wandb_mode(self.mode, "wandb mode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +94,7 @@ class WandbConfig:
     mode: str | None = None  # "online", "offline" or "disabled"
 
     def __post_init__(self):
-        if self.mode is not None and self.mode not in WANDB_MODES:
-            raise ConfigError(f"'run.wandb.mode' must be one of {', '.join(WANDB_MODES)}, got "
-                              f"{self.mode!r}")
+        _check_wandb_mode(self.mode, "'run.wandb.mode'")
 
 
 def wandb_options(configured: WandbConfig | None, *, enabled: bool = False,

@@ -276,8 +276,14 @@ _INTERRUPT = [0]
 
 
 @dataclasses.dataclass(frozen=True)
+class _Run:
+    wandb: WandbConfig = WandbConfig()
+
+
+@dataclasses.dataclass(frozen=True)
 class _Cfg:
     steps: int = 6
+    run: _Run = _Run()
 
 
 def _probe_run(cfg, opts):
@@ -302,6 +308,22 @@ def probe(tmp_path_factory):
     _INTERRUPT[0] = 0
 
 
+def test_run_wandb_in_the_config_turns_wandb_on_and_may_change_on_resume(offline, probe):
+    out = offline / "cfg_on"
+    on = ["--set", "run.wandb.enabled=true", "--set", "run.wandb.project=from-config",
+          "--set", "run.wandb.mode=offline"]
+    _INTERRUPT[0] = 3
+    assert main(["run", PROBE, "--out", str(out), *on]) == 130  # no --wandb flag
+    _INTERRUPT[0] = 0
+    first = _run_id(out)  # a W&B run was started from the config alone
+    assert main(["run", PROBE, "--out", str(out), "--resume", *on,
+                 "--set", "run.wandb.project=renamed"]) == 0  # allowed on resume, and logged
+    assert _run_id(out) == first
+    resumes = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
+    assert resumes[-1]["changed"] == {"run.wandb.project": {"from": "from-config",
+                                                            "to": "renamed"}}
+
+
 def test_cli_resume_continues_the_wandb_run_of_the_interrupted_one(offline, probe, capsys):
     out = offline / "out"
     argv = ["run", PROBE, "--out", str(out), "--wandb", "--wandb-project", "probe"]
@@ -320,7 +342,7 @@ def test_cli_resume_continues_the_wandb_run_of_the_interrupted_one(offline, prob
     assert resumed["run"].run_group == "out" and resumed["run"].job_type == PROBE
     _assert_history_matches(stopped["history"] + resumed["history"], records)
     config = {u.key: json.loads(u.value_json) for u in resumed["run"].config.update}
-    assert config["config"] == {"steps": 6} and config["experiment"] == PROBE
+    assert config["config"]["steps"] == 6 and config["experiment"] == PROBE
     assert SMOKE_NOTE not in capsys.readouterr().out  # not a --smoke run
 
 
@@ -361,7 +383,7 @@ def test_run_wandb_config_turns_wandb_on_and_the_flags_override_it():
                                                                   "g")
     assert wandb_options(on, project="flag-project").project == "flag-project"
     assert wandb_options(None, enabled=True).project is None  # W&B's own default
-    with pytest.raises(ConfigError, match="'run.wandb.mode' must be one of online, offline"):
+    with pytest.raises(ConfigError, match="'run.wandb.mode' 'cloud' must be one of online"):
         WandbConfig(mode="cloud")
 
 
