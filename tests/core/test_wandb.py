@@ -375,6 +375,7 @@ def test_cli_wandb_smoke_run_of_an_lm_study_matches_its_metrics(offline, monkeyp
 
 # ---- run.wandb and the Python API ----
 def test_run_wandb_config_turns_wandb_on_and_the_flags_override_it():
+    _wandb()  # turned on, wandb_options checks that the package is there
     assert wandb_options(WandbConfig()) is None  # off by default
     assert wandb_options(None, enabled=False, project="p") is None
     on = WandbConfig(enabled=True, project="cfg-project", mode="offline")
