@@ -12,12 +12,13 @@ tool outputs (`algorithms.agent`); the reward is the final answer's score.
     jaxrl-suite run agent_tools --resume    # a killed run continues where it stopped
 
 Two SFT checkpoints: `sft_tools` on the expert's tool-use episodes, `sft_direct` on its direct
-answers (one turn, no tools). Variants, one GRPO run per seed:
+answers (one turn, no tools), and beside each the control `sft_more_tools` / `sft_more_direct`:
+the same SFT continued for grpo.steps more optimizer steps. Variants, one GRPO run per seed:
   tools        GRPO over tool-use episodes from sft_tools, synchronous rollouts;
   direct       GRPO over one-turn direct answers from sft_direct (no tools);
   tools_async  as tools, rollouts generated in the background with parameters up to
                stale.max_staleness updates old (truncated importance weights on stale tokens).
-Greedy held-out episodes score each run and both SFT checkpoints: success per sub-task, turns
+Greedy held-out episodes score each run and the SFT checkpoints: success per sub-task, turns
 per episode, format-failure and tool-error rates; `sampled_success` is the success of one
 episode per problem sampled at the training temperature (grpo.temperature). Writes
 summary.json, table.md, curves.png and success.png.
@@ -147,14 +148,24 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             "demo_success": episode_metrics(demos)["success"], "demo_time_s": demo_time,
             "demo_turns": episode_metrics(demos)["turns"]})
         print0(f"[{NAME}] {name}: {format_numbers(evaluation)}")
-        return state.params, evaluation
+        # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
+        more_name = name.replace("sft_", "sft_more_")
+        more = study.continued_sft(state, steps=cfg.grpo.steps, trainer=trainer,
+                                   checkpoint_dir=study.checkpoint_dir(more_name),
+                                   log_dir=study.run_dir(more_name))
+        more_eval = study.cached(study.run_dir(more_name) / "eval.json",
+                                 lambda: held_out_eval(agent, more.params))
+        print0(f"[{NAME}] {more_name}: {format_numbers(more_eval)}")
+        return state.params, {name: evaluation, more_name: more_eval}
 
     try:
         start, sft_evals = {}, {}
         if {"tools", "tools_async"} & set(study.variants):
-            start["tools"], sft_evals["sft_tools"] = sft_stage("sft_tools", "tools")
+            start["tools"], evals = sft_stage("sft_tools", "tools")
+            sft_evals.update(evals)
         if "direct" in study.variants:
-            start["direct"], sft_evals["sft_direct"] = sft_stage("sft_direct", "direct")
+            start["direct"], evals = sft_stage("sft_direct", "direct")
+            sft_evals.update(evals)
 
         def train(variant: str, seed: int, _) -> dict:
             params = start["direct" if variant == "direct" else "tools"]
@@ -211,8 +222,8 @@ def _claims(stats: dict, sft_evals: dict) -> dict:
     out = {}
     for key in ("success", "sampled_success"):
         out.update({f"tools_{key}": mean("tools", key), f"direct_{key}": mean("direct", key),
-                    f"sft_tools_{key}": sft_evals.get("sft_tools", {}).get(key),
-                    f"sft_direct_{key}": sft_evals.get("sft_direct", {}).get(key)})
+                    **{f"{name}_{key}": sft_evals.get(name, {}).get(key) for name in
+                       ("sft_tools", "sft_direct", "sft_more_tools", "sft_more_direct")}})
     if "tools" in stats and "tools_async" in stats:
         out["async_wall_time_ratio"] = mean("tools", "wall_time_s") / mean("tools_async",
                                                                            "wall_time_s")

@@ -530,12 +530,15 @@ class LMStudy(Study):
         return {name(p): float(np.mean(v)) for p, v in sorted(losses.items())}
 
     def continued_sft(self, state, *, steps: int, checkpoint_dir: Path, log_dir: Path,
-                      task: Task | None = None):
+                      task: Task | None = None, trainer=None):
         """The control beside an RL run: the SFT that produced `state` continued for `steps`
         more optimizer steps (same schedule) on the data it would have read next; resumable,
-        logged as stage "sft_more" to log_dir/metrics.jsonl. Returns the final state."""
+        logged as stage "sft_more" to log_dir/metrics.jsonl. `trainer` is the SFT that made
+        `state` when it is not `sft_trainer(task)` (e.g. an `EpisodeSFT`). Returns the final
+        state."""
+        trainer = self.sft_trainer(task) if trainer is None else trainer
         with self.log(log_dir, [(checkpoint_dir, 0)]) as logger:
-            return self.fit(self.sft_trainer(task), state, stage="sft_more",
+            return self.fit(trainer, state, stage="sft_more",
                             num_steps=int(state.step) + steps, checkpoint_dir=checkpoint_dir,
                             logger=logger, cursor=int(state.step) * self.cfg.sft.batch_size)
 

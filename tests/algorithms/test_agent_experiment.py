@@ -19,13 +19,16 @@ def smoke(tmp_path_factory):
 def test_smoke_run_writes_results(smoke):
     out, summary = smoke
     assert list(summary["variants"]) == list(VARIANTS)
-    assert set(summary["sft"]) == {"sft_tools", "sft_direct"}
+    assert set(summary["sft"]) == {"sft_tools", "sft_direct", "sft_more_tools",
+                                   "sft_more_direct"}
     for name in ("table.md", "success.png", "reward.png", "turns.png"):
         assert (out / name).is_file(), name
-    for sft in summary["sft"].values():
-        assert sft["demo_success"] == 1.0  # the expert's episodes, real tools, all solved
+    for name, sft in summary["sft"].items():
+        if not name.startswith("sft_more"):  # the SFTs record their demonstrations
+            assert sft["demo_success"] == 1.0  # the expert's episodes, real tools, all solved
         assert 0.0 <= sft["sampled_success"] <= 1.0  # one episode sampled at grpo.temperature
     assert summary["sft"]["sft_direct"]["demo_turns"] == 1.0
+    assert summary["sft"]["sft_more_direct"]["turns"] == 1.0  # the direct SFT, continued
     assert summary["sft"]["sft_tools"]["demo_turns"] > 2.0  # 2-3 turns a problem
     for stats in summary["variants"].values():
         assert 0.0 <= stats["success"]["mean"] <= 1.0
@@ -49,6 +52,17 @@ def test_runs_log_episode_metrics_and_staleness(smoke):
     # the async run's second rollout was generated while the first update ran
     recs = read_metrics(out / "runs" / "tools_async_s0" / "metrics.jsonl")
     assert [r for r in recs if r.get("stage") == "grpo"][1]["stale_token_frac"] > 0
+
+
+def test_continued_sft_control_resumes_the_sft(smoke):
+    """The control continues each SFT from its last step for grpo.steps (2) more steps."""
+    out, _ = smoke
+    for name in ("sft_more_tools", "sft_more_direct"):
+        recs = [r for r in read_metrics(out / "runs" / name / "metrics.jsonl")
+                if r["stage"] == "sft_more"]
+        assert [r["step"] for r in recs] == [3, 4], name  # smoke: sft.steps 2
+        assert all(r["loss"] > 0 for r in recs)
+        assert (out / "checkpoints" / name / "4").is_dir()
 
 
 def test_resume_reads_finished_runs_back(smoke):
