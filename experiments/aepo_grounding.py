@@ -19,7 +19,8 @@ distractors. Stages:
      "points:" -> 1-3 points, correct first), so both variants start from the same weights;
   2. its greedy first-point accuracy on two held-out splits (new screens with seen phrasings;
      new screens with phrasings training never draws) in each mode, and its exploration
-     statistics (sampled: mean N, hit rate at any rank);
+     statistics (sampled: mean N, hit rate at any rank); the same for the control, the SFT
+     continued for grpo.steps more optimizer steps ("sft_more");
   3. GRPO variants from it, `run.seeds` each (RLOO advantages for both, so the answer format and
      the reward are the only differences): "aepo" (multi mode, AEPO reward) and "naive" (single
      mode, binary reward); each is evaluated greedily in its own mode, first point only.
@@ -141,11 +142,19 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "hit_any": float(np.mean(c["hit_any"])),
                 "first_hit": float(np.mean(c["first_hit"])), "format": float(ok.mean())}
 
-    sft_params = study.shared_sft().params
+    sft_state = study.shared_sft()
+    sft_params = sft_state.params
     sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: {
         m: evaluate(probe, sft_params, m) for m in ("multi", "single")})
-    for m, r in sft_eval.items():
-        print0(f"[{NAME}] SFT ({m}): {format_numbers(r)}")
+    # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
+    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
+                               checkpoint_dir=study.checkpoint_dir("sft_more"),
+                               log_dir=study.run_dir("sft_more"))
+    more_eval = study.cached(study.run_dir("sft_more") / "eval.json", lambda: {
+        m: evaluate(probe, more.params, m) for m in ("multi", "single")})
+    for m in ("multi", "single"):
+        print0(f"[{NAME}] SFT ({m}): {format_numbers(sft_eval[m])}")
+        print0(f"[{NAME}] SFT continued ({m}): {format_numbers(more_eval[m])}")
     trainers = {}
     for v in study.variants:
         mode, reward = VARIANTS[v]
@@ -169,9 +178,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         _plots(study, stats, sft_eval, cfg, opts)
     for name, row in (claims or {}).items():
         print0(f"[{NAME}] claim {name}: {row.get('verdict')}")
-    first = {f"SFT ({m})": sft_eval[m] for m in ("multi", "single")}
+    first = {**{f"SFT ({m})": sft_eval[m] for m in ("multi", "single")},
+             **{f"SFT continued ({m})": more_eval[m] for m in ("multi", "single")}}
     return study.finish({
-        "experiment": NAME, "sft": sft_eval, "variants": stats, "claims": claims,
+        "experiment": NAME, "sft": sft_eval, "sft_more": more_eval, "variants": stats,
+        "claims": claims,
         "modes": {v: VARIANTS[v][0] for v in study.variants},
         "heldout_examples": cfg.eval.num_examples, "wall_time_s": time.perf_counter() - t_start,
         "devices": int(study.lm.mesh.devices.size), "resumed": opts.resume,

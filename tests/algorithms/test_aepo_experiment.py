@@ -42,9 +42,15 @@ def test_summary_fields(smoke):
         assert result["acc_seen"] == stats["acc_seen"]["per_seed"][0]
     for mode in ("multi", "single"):  # the shared SFT start, evaluated in both answer modes
         assert set(summary["sft"][mode]) == {f"{k}_{s}" for k in STATS for s in SPLITS}
+        assert set(summary["sft_more"][mode]) == set(summary["sft"][mode])  # and continued
     table = (out / "table.md").read_text().splitlines()
     assert [row.split("|")[1].strip() for row in table[2:]] == [
-        "SFT (multi)", "SFT (single)", "aepo", "naive"]
+        "SFT (multi)", "SFT (single)", "SFT continued (multi)", "SFT continued (single)",
+        "aepo", "naive"]
+    # the control continues the SFT from its last step for grpo.steps (smoke: 3 + 2) steps
+    more = [r["step"] for r in read_metrics(out / "runs" / "sft_more" / "metrics.jsonl")
+            if r["stage"] == "sft_more"]
+    assert more == [4, 5]
     cfg = summary["config"]
     assert cfg["grpo"]["advantage"] == "rloo" and cfg["task"]["name"] == "gui_grounding"
 
