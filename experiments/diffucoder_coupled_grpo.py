@@ -19,7 +19,8 @@ Stages (`DiffusionStudy`, the LM kit with a `DiffusionLM`):
   1. one SFT checkpoint of the diffusion LM with the masked-diffusion objective on the same
      solutions;
   2. on it: held-out pass@1, the AR-ness of decoding at each of arness.temperatures, and the
-     estimator variance at variance.passes forward passes per estimate;
+     estimator variance at variance.passes forward passes per estimate; and the control, the
+     same SFT continued for grpo.steps more steps (held-out pass@1, "SFT continued");
   3. GRPO from it with each estimator of `estimators` (coupled / single / full), 3 seeds each:
      RLOO advantages, PPO-clip eps 0.5, k3 KL beta 0.01, mu mask seeds per batch;
   4. the autoregressive reference: GRPO of the causal LM from its SFT with the same config
@@ -110,7 +111,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     ar = ar_sft = None
     if cfg.init == "ar_sft" or cfg.ar_reference:
         ar, ar_sft = _ar_sft(study, cfg, opts)
-    sft_params = study.shared_sft(params=ar_sft if cfg.init == "ar_sft" else None).params
+    sft_state = study.shared_sft(params=ar_sft if cfg.init == "ar_sft" else None)
+    sft_params = sft_state.params
     probe = study.grpo_trainer(cfg.grpo, sft_params)  # evaluation and rollouts of the SFT model
     arness_examples = study.held_out[: cfg.arness.examples]
 
@@ -137,6 +139,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
            f"{sft_eval['pass@1']:.3f}; variance at {cfg.variance.passes[0]} passes: " + ", ".join(
                f"{e} {s['variance']:.3g}" for e, s in
                sft_eval["variance"][str(cfg.variance.passes[0])].items()))
+    # The control: the same SFT (masked diffusion) continued for as many steps as a GRPO run.
+    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
+                               checkpoint_dir=study.checkpoint_dir("sft_more"),
+                               log_dir=study.run_dir("sft_more"))
+    sft_more = study.cached(study.run_dir("sft_more") / "eval.json",
+                            lambda: study.evaluate(probe, more.params))
+    print0(f"[{NAME}] continued SFT: greedy {sft_more['greedy_accuracy']:.3f}, pass@1 "
+           f"{sft_more['pass@1']:.3f}")
     trainers = {e: study.grpo_trainer(cfg.grpo, sft_params, estimator=e)
                 for e in study.variants}
 
@@ -164,7 +174,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                     stats[e][f"{kind}@{k}_{mode}"] = seed_stats(
                         [r[f"arness_{mode}"][f"{kind}@{k}"] for r in runs])
     ar = _ar_grpo(ar, ar_sft, cfg, opts) if cfg.ar_reference else None
-    first = {"SFT (diffusion start)": {**sft_eval, **_flat_arness(sft_eval, cfg)}}
+    first = {"SFT (diffusion start)": {**sft_eval, **_flat_arness(sft_eval, cfg)},
+             "SFT continued": sft_more}
     if ar is not None:
         first["SFT (autoregressive)"] = ar["sft"]
         stats[AR] = ar["stats"]
@@ -178,8 +189,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     if jax.process_index() == 0:
         _plots(study, cfg, sft_eval, stats, opts)
     return study.finish({
-        "experiment": NAME, "sft": sft_eval, "variants": stats, "claims": claims,
-        "ar_reference": ar, "heldout_examples": len(study.held_out),
+        "experiment": NAME, "sft": sft_eval, "sft_more": sft_more, "variants": stats,
+        "claims": claims, "ar_reference": ar, "heldout_examples": len(study.held_out),
         "wall_time_s": time.perf_counter() - t_start, "devices": int(study.lm.mesh.devices.size),
         "resumed": opts.resume, "config": to_dict(cfg)},
         study.table(stats, table_keys, first=first, label="run"))

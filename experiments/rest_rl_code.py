@@ -12,7 +12,7 @@ ORM-MCTS at the same number of generated tokens.
     jaxrl-suite run rest_rl_code --resume   # a killed run continues where it stopped
 
 One SFT checkpoint on the code task (`envs/text/code.py`; rewards from the sandbox) starts every
-run. Variants, `rest.rounds` rounds each:
+run; the control beside them is the same SFT continued for grpo.steps more steps. Variants, `rest.rounds` rounds each:
   grpo       GRPO on the task's problems, grpo.steps // rounds steps a round;
   rest_grpo  each round samples rest.samples completions of rest.problems training problems with
              the current policy, keeps the problems whose reward std >= rest.min_std and adds
@@ -124,7 +124,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
     study = kit.LMStudy(NAME, cfg, opts, variants=cfg.rest.names)
     task, tok, model = study.lm.task, study.lm.tokenizer, study.lm.model
-    sft_params = study.shared_sft().params
+    sft_state = study.shared_sft()
+    sft_params = sft_state.params
     long_prompt = cfg.task.prompt_len + cfg.grpo.max_new_tokens  # prompt + a partial solution
     grpo = study.grpo_trainer(cfg.grpo, sft_params)
     rest_grpo = study.grpo_trainer(cfg.grpo, sft_params, prompt_len=long_prompt)
@@ -205,6 +206,14 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     keys = [k for k in keys if all(k in r for r in results.values())]
     stats = study.aggregate(results, keys)
     sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: evaluate(sft_params))
+    # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
+    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
+                               checkpoint_dir=study.checkpoint_dir("sft_more"),
+                               log_dir=study.run_dir("sft_more"))
+    sft_more = study.cached(study.run_dir("sft_more") / "eval.json",
+                            lambda: evaluate(more.params))
+    print0(f"[{NAME}] SFT: {format_numbers(sft_eval)}; continued SFT: "
+           f"{format_numbers(sft_more)}")
     best = max(results.values(), key=lambda r: (r["strict_accuracy"], r["pass_rate"]))
     best_params = _restore(study, {"grpo": grpo, "rest_grpo": rest_grpo, "rest_dpo": dpo},
                            best, cfg)
@@ -225,10 +234,12 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     for name, row in (claims or {}).items():
         print0(f"[{NAME}] {name}: {format_numbers(row)}")
     return study.finish({
-        "experiment": NAME, "variants": stats, "sft": sft_eval, "claims": claims,
+        "experiment": NAME, "variants": stats, "sft": sft_eval, "sft_more": sft_more,
+        "claims": claims,
         "best_run": {"variant": best["variant"], "seed": best["seed"]}, "decoding": decoding,
         "wall_time_s": time.perf_counter() - t_start, "resumed": opts.resume,
-        "config": to_dict(cfg)}, study.table(stats, keys))
+        "config": to_dict(cfg)},
+        study.table(stats, keys, first={"SFT": sft_eval, "SFT continued": sft_more}))
 
 
 def _rest_task_trainer(trainer, task, problems, data, c: RestConfig, seed: int, r: int):

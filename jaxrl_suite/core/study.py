@@ -378,7 +378,7 @@ class Study:
 
         head = [f"| {label} | " + " | ".join(heads.values()) + " |",
                 "|---" * (len(heads) + 1) + "|"]
-        rows = [f"| {name} | " + " | ".join(f(k, vals[k]) for k in heads) + " |"
+        rows = [f"| {name} | " + " | ".join(f(k, vals.get(k, float("nan"))) for k in heads) + " |"
                 for name, vals in (first or {}).items()]
         for v, s in stats.items():
             rows.append(f"| {v} | " + " | ".join(show(k, s.get(k)) for k in heads) + " |")

@@ -27,7 +27,7 @@ def test_smoke_run_writes_every_run_and_figure(smoke):
     for name in ("table.md", "pass1.png", "variance.png", "arness.png", "reward.png"):
         assert (out / name).is_file(), name
     table = (out / "table.md").read_text()
-    for row in ("SFT (diffusion start)", "SFT (autoregressive)", *RUNS):
+    for row in ("SFT (diffusion start)", "SFT continued", "SFT (autoregressive)", *RUNS):
         assert f"| {row} |" in table, row
     for run in RUNS:
         s = summary["variants"][run]
@@ -50,6 +50,9 @@ def test_each_run_logs_its_stage_once_per_step(smoke):
     assert [r["stage"] for r in read_metrics(out / "metrics.jsonl")] == ["sft"] * 2
     assert [r["stage"] for r in read_metrics(out / "runs" / "ar_sft" / "metrics.jsonl")] == \
         ["sft"] * 2
+    # the continued-SFT control resumes the SFT at its last step for grpo.steps more
+    more = read_metrics(out / "runs" / "sft_more" / "metrics.jsonl")
+    assert [(r["stage"], r["step"]) for r in more] == [("sft_more", 3), ("sft_more", 4)]
     for run in RUNS:
         recs = read_metrics(out / "runs" / f"{run}_s0" / "metrics.jsonl")
         assert [r["step"] for r in recs] == [1, 2], run

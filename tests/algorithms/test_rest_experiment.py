@@ -42,6 +42,14 @@ def test_smoke_run_writes_results(smoke):
             assert all(t > 0 for t in row["tokens"])
     assert summary["decoding"]["targets"] > 0 and summary["decoding"]["orm_programs"] > 0
     assert summary["best_run"]["variant"] in VARIANTS
+    # the SFT start and the continued-SFT control, scored like the runs
+    assert set(summary["sft_more"]) == set(summary["sft"])
+    rows = [line.split("|")[1].strip() for line in
+            (out / "table.md").read_text().splitlines()[2:]]
+    assert rows == ["SFT", "SFT continued", *VARIANTS]
+    more = [(r["stage"], r["step"]) for r in
+            read_metrics(out / "runs" / "sft_more" / "metrics.jsonl")]
+    assert more == [("sft_more", 3), ("sft_more", 4)]  # smoke: sft.steps 2, grpo.steps 2
 
 
 def test_rounds_log_grpo_batches_and_sandbox_outcomes(smoke):

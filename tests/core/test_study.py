@@ -54,8 +54,9 @@ def test_aggregate_table_and_best_against_numpy(tmp_path):
     assert stats["a"]["score"]["per_seed"] == [0.5, 3.5]
     np.testing.assert_allclose(stats["b"]["curve"]["mean"], [1.5, 3.0])  # elementwise
     np.testing.assert_allclose(stats["b"]["curve"]["std"], [1.5, 3.0])
-    table = study.table(stats, ["score"], first={"start": {"score": 0.5}})
+    table = study.table(stats, ["score"], first={"start": {"score": 0.5}, "other": {}})
     assert table.splitlines() == ["| model | score |", "|---|---|", "| start | 0.500 |",
+                                  "| other | - |",  # a key a first row lacks
                                   "| a | 2.000 ± 1.500 |", "| b | 12.000 ± 1.500 |"]
     assert Study.best(stats, ["score"]) == {"score": ["b"]}
     tied = {"x": {"m": {"mean": 1.0}}, "y": {"m": {"mean": 1.0}}, "z": {"m": {"mean": 0.0}}}
