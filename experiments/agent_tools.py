@@ -17,7 +17,8 @@ the same SFT continued for grpo.steps more optimizer steps. Variants, one GRPO r
   tools        GRPO over tool-use episodes from sft_tools, synchronous rollouts;
   direct       GRPO over one-turn direct answers from sft_direct (no tools);
   tools_async  as tools, rollouts generated in the background with parameters up to
-               stale.max_staleness updates old (truncated importance weights on stale tokens).
+               variants.max_staleness updates old (truncated importance weights on stale
+               tokens); grpo.dynamic_sampling does not apply to it (`grpo_config`).
 Greedy held-out episodes score each run and the SFT checkpoints: success per sub-task, turns
 per episode, format-failure and tool-error rates; `sampled_success` is the success of one
 episode per problem sampled at the training temperature (grpo.temperature). Writes
@@ -94,6 +95,14 @@ def agent_config(cfg: Config, variant: str) -> AgentConfig:
     return cfg.agent
 
 
+def grpo_config(cfg: Config, variant: str) -> kit.GRPOConfig:
+    """The GRPO settings of `variant`: tools_async keeps every background rollout, so dynamic
+    sampling (an on-policy redraw of groups whose rewards are all equal) is off there."""
+    if variant == "tools_async":
+        return dataclasses.replace(cfg.grpo, dynamic_sampling=False)
+    return cfg.grpo
+
+
 def by_kind(task: ToolTask, episodes) -> dict:
     """`episode_metrics` of all episodes, plus success per sub-task ("success/<name>")."""
     out = episode_metrics(episodes)
@@ -116,7 +125,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     agents: list[AgentTrainer] = []
 
     def agent_for(variant: str, ref_params) -> AgentTrainer:
-        grpo = study.grpo_trainer(cfg.grpo, ref_params)
+        grpo = study.grpo_trainer(grpo_config(cfg, variant), ref_params)
         agent = AgentTrainer(grpo, agent_config(cfg, variant), executor=tools_pool,
                              reward_executor=reward_pool)
         agents.append(agent)

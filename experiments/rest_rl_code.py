@@ -12,7 +12,8 @@ ORM-MCTS at the same number of generated tokens.
     jaxrl-suite run rest_rl_code --resume   # a killed run continues where it stopped
 
 One SFT checkpoint on the code task (`envs/text/code.py`; rewards from the sandbox) starts every
-run; the control beside them is the same SFT continued for grpo.steps more steps. Variants, `rest.rounds` rounds each:
+run; the control beside them is the same SFT continued for grpo.steps more steps. Variants,
+`rest.rounds` rounds each:
   grpo       GRPO on the task's problems, grpo.steps // rounds steps a round;
   rest_grpo  each round samples rest.samples completions of rest.problems training problems with
              the current policy, keeps the problems whose reward std >= rest.min_std and adds

@@ -5,8 +5,15 @@ import json
 import pytest
 
 from jaxrl_suite.cli import main
+from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite_experiments.agent_tools import VARIANTS, Config, agent_config
+from jaxrl_suite_experiments.agent_tools import (
+    EXPERIMENT,
+    VARIANTS,
+    Config,
+    agent_config,
+    grpo_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,5 +86,9 @@ def test_variants_set_the_episode_settings():
     assert agent_config(cfg, "direct").max_turns == 1
     assert agent_config(cfg, "tools_async").max_staleness == cfg.variants.max_staleness
     assert agent_config(cfg, "tools") == cfg.agent
+    yaml = load_config(Config, EXPERIMENT.default_config())  # issue 42's rule
+    assert yaml.grpo.dynamic_sampling and yaml.grpo.group_size == 8
+    assert grpo_config(yaml, "tools") == yaml.grpo
+    assert not grpo_config(yaml, "tools_async").dynamic_sampling  # refused with staleness
     with pytest.raises(ValueError, match="set per variant"):
         Config(agent=agent_config(cfg, "tools_async"))
