@@ -44,13 +44,14 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, SeqBatch  # noqa: E402
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer  # noqa: E402
 from jaxrl_suite.core.parallel import data_sharding, make_mesh  # noqa: E402
 from jaxrl_suite.envs.text import make_task  # noqa: E402
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer  # noqa: E402
 from jaxrl_suite.models import CausalLM, LMConfig  # noqa: E402
 from jaxrl_suite.models.hf import num_params  # noqa: E402
 from jaxrl_suite.models.lora import LoraConfig, apply_lora  # noqa: E402
+from jaxrl_suite.models.sequence import SeqBatch  # noqa: E402
 from jaxrl_suite.models.sharding import tree_shardings  # noqa: E402
 from jaxrl_suite.sampling import kv_cache  # noqa: E402
 

@@ -44,7 +44,6 @@ import jax
 import numpy as np
 
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.algorithms.grpo import SeqBatch, completion_logits
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
 from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
 from jaxrl_suite.core.config import (
@@ -71,6 +70,7 @@ from jaxrl_suite.core.study import format_numbers
 from jaxrl_suite.envs.text import Example
 from jaxrl_suite.envs.text.story import StoryTask, plot_stats, split_steps
 from jaxrl_suite.losses import token_logprobs
+from jaxrl_suite.models.sequence import SeqBatch, completion_logits
 from jaxrl_suite.models.value import ValueLM, init_from_policy
 from jaxrl_suite.rewards.curiosity import (
     CuriosityConfig,

@@ -44,13 +44,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import (
-    GRPOTrainer,
-    SeqBatch,
-    SFTTrainer,
-    draw_until_full,
-    pool_metrics,
-)
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer, draw_until_full, pool_metrics
 from jaxrl_suite.core.config import Count, NonNegativeInt, check_fields
 from jaxrl_suite.core.parallel import host_local, shard_batch
 from jaxrl_suite.core.train import TrainState
@@ -62,6 +56,7 @@ from jaxrl_suite.envs.text.tools.base import (
     Turn,
     run_tool,
 )
+from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.sampling.base import Sampler
 
 DISPATCHERS = ("batch", "pipeline")

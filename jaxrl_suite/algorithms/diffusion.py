@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch, SFTTrainer
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTTrainer
 from jaxrl_suite.algorithms.lm_study import LMStudy
 from jaxrl_suite.core.config import (
     ConfigError,
@@ -34,6 +34,7 @@ from jaxrl_suite.losses.common import token_logprobs
 from jaxrl_suite.losses.coupled_grpo import ESTIMATORS
 from jaxrl_suite.losses.diffusion import fill_after_eos, mask_completion, masked_diffusion_loss
 from jaxrl_suite.models.diffusion_lm import DiffusionLM, check_mask_token, completion_logits
+from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.sampling.diffusion import (
     ORDERS,
     DiffusionSampler,

@@ -28,11 +28,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState, SeqBatch
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState
 from jaxrl_suite.core.config import Count, Positive, Probability, check_fields
 from jaxrl_suite.core.parallel import gather_rows, host_local
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
 from jaxrl_suite.envs.text import Example, iteration_prompt
+from jaxrl_suite.models.sequence import SeqBatch
 
 
 @dataclasses.dataclass(frozen=True)

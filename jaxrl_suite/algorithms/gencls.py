@@ -48,7 +48,6 @@ from typing import ClassVar, NamedTuple
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import SeqBatch
 from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
@@ -59,6 +58,7 @@ from jaxrl_suite.core.parallel import (
 from jaxrl_suite.envs.text.base import SPLITS, Example, Task, Verdicts
 from jaxrl_suite.envs.text.tfds_tasks import ClassificationTask
 from jaxrl_suite.envs.text.topics import ClassView
+from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 
 ICL_MODES = ("none", "random", "nearest")

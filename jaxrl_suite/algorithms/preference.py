@@ -29,12 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import (
-    LMTrainer,
-    SeqBatch,
-    completion_logits,
-    completion_token_map,
-)
+from jaxrl_suite.algorithms.grpo import LMTrainer
 from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.parallel import batch_shards, jit_on_mesh, process_rows, shard_batch
 from jaxrl_suite.core.registry import Registry
@@ -43,6 +38,7 @@ from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import dpo_loss, orpo_loss, token_logprobs
 from jaxrl_suite.models import CausalLM
+from jaxrl_suite.models.sequence import SeqBatch, completion_logits, completion_token_map
 from jaxrl_suite.models.sharding import shard_tree
 from jaxrl_suite.sampling import Sampler
 

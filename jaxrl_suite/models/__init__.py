@@ -12,6 +12,13 @@ from jaxrl_suite.models.lm import (
     stack_layers,
     unstack_layers,
 )
+from jaxrl_suite.models.sequence import (
+    SeqBatch,
+    completion_embeddings,
+    completion_hidden,
+    completion_logits,
+    completion_token_map,
+)
 from jaxrl_suite.models.value import ValueLM
 
 __all__ = [
@@ -19,8 +26,13 @@ __all__ = [
     "DiffusionLM",
     "KVCache",
     "LMConfig",
+    "SeqBatch",
     "ValueLM",
     "apply_rope",
+    "completion_embeddings",
+    "completion_hidden",
+    "completion_logits",
+    "completion_token_map",
     "init_cache",
     "rms_norm",
     "rope_cos_sin",

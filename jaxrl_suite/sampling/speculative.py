@@ -263,7 +263,7 @@ def _plain(model: CausalLM, params, drafter_params, prompt, prompt_mask, rng, se
 
 def _full_sequence(prompt, prompt_mask, completion, completion_mask):
     """(tokens, key_mask, positions) of prompt + completion without the last token, [B, P+N-1]
-    (the layout of `algorithms.grpo.completion_logits`)."""
+    (the layout of `models.sequence.completion_logits`)."""
     tokens = jnp.concatenate([prompt, completion], axis=1)[:, :-1].astype(jnp.int32)
     key_mask = jnp.concatenate([prompt_mask.astype(bool), completion_mask > 0], axis=1)[:, :-1]
     positions = jnp.maximum(jnp.cumsum(key_mask, axis=1, dtype=jnp.int32) - 1, 0)
@@ -654,7 +654,7 @@ class SpeculativeSampler:
     def learn(self, params, seq, rewards=None) -> dict[str, float]:
         """Distil the drafter from the actor `params` on a fresh rollout (ReSpec).
 
-        seq: an `algorithms.grpo.SeqBatch` (or any object with prompt [R, P], prompt_mask,
+        seq: a `models.sequence.SeqBatch` (or any object with prompt [R, P], prompt_mask,
         completion [R, N], completion_mask): the rollout, rows i * G + j; rewards: [B, G] with
         R = B * G (used when reward_tau is set: `reward_weights` per row; else unweighted).
         Runs `distill_steps` Adam steps of `kd_loss` at the sampling temperature. Returns

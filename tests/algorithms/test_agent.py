@@ -25,14 +25,7 @@ from jaxrl_suite.algorithms.agent import (
 )
 from jaxrl_suite.algorithms.dispatch import Latency, async_batch, async_pipeline, lm_rows
 from jaxrl_suite.algorithms.executors import LocalToolExecutor
-from jaxrl_suite.algorithms.grpo import (
-    GRPOBatch,
-    GRPOConfig,
-    GRPOTrainer,
-    SeqBatch,
-    SFTConfig,
-    SFTTrainer,
-)
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import host_local, make_mesh, shard_batch
 from jaxrl_suite.envs.text.base import Example
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
@@ -46,6 +39,7 @@ from jaxrl_suite.envs.text.tools.base import (
 )
 from jaxrl_suite.losses import POLICY_LOSSES
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling.base import GenerateOutput
 

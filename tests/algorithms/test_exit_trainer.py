@@ -11,12 +11,13 @@ from jaxrl_suite.algorithms.exit import (
     MultiTurnTrainer,
     evaluate_iterations,
 )
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SeqBatch
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.iteration import previous_answer
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models.sequence import SeqBatch
 
 N = 12  # completion budget
 

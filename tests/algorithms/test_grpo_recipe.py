@@ -11,7 +11,6 @@ import pytest
 from jaxrl_suite.algorithms.grpo import (
     GRPOConfig,
     GRPOTrainer,
-    SeqBatch,
     SFTConfig,
     SFTTrainer,
     carry_adam_moments,
@@ -23,6 +22,7 @@ from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models.sequence import SeqBatch
 
 B, G, N = 3, 4, 5  # prompts per step, group size, completion tokens
 CFG = GRPOConfig(prompts_per_step=B, group_size=G, max_new_tokens=N, lr=1e-2,

@@ -12,7 +12,6 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import completion_logits
 from jaxrl_suite.algorithms.preference import (
     PreferenceConfig,
     PreferencePair,
@@ -23,6 +22,7 @@ from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.losses import dpo_loss, orpo_loss, token_logprobs
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models.sequence import completion_logits
 
 B, P, N = 8, 8, 20  # pairs per step, prompt length, completion budget
 STEPS = 5

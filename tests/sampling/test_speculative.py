@@ -11,8 +11,8 @@ import pytest
 from jax.flatten_util import ravel_pytree
 from scipy.stats import chisquare
 
-from jaxrl_suite.algorithms.grpo import SeqBatch
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.sampling import KVCacheSampler, SpeculativeSampler
 from jaxrl_suite.sampling.speculative import DraftLengthController, measure_costs
 
