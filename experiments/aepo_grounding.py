@@ -199,11 +199,11 @@ def _claims(stats: dict) -> dict | None:
     per_split = {}
     for s in EVAL_SPLITS:
         ma, mb = a[f"acc_{s}"]["mean"], b[f"acc_{s}"]["mean"]
-        diffs = np.subtract(a[f"acc_{s}"]["per_seed"], b[f"acc_{s}"]["per_seed"])
+        c = kit.LMStudy.compare(stats, "aepo", "naive", f"acc_{s}")
         per_split[s] = {"aepo": ma, "naive": mb, "absolute": ma - mb,
                         "relative": (ma - mb) / mb if mb > 0 else None,  # None: naive at 0
-                        "per_seed_difference": diffs.tolist(),
-                        "seeds_better": int((diffs > 0).sum())}
+                        "per_seed_difference": c["per_seed_difference"],
+                        "seeds_better": c["seeds_better"]}
     improves = {s: bool(r["absolute"] > 0) for s, r in per_split.items()}
     rel = {s: r["relative"] for s, r in per_split.items() if r["relative"] is not None}
     largest = max(rel, key=rel.get) if rel else None

@@ -39,7 +39,6 @@ from typing import Annotated
 
 import jax
 import numpy as np
-from scipy import stats as scipy_stats
 
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
@@ -362,11 +361,8 @@ def _claims(stats: dict, decoding: dict, variants) -> dict:
         row = {}
         for k in ("strict_accuracy", "pass_rate", "reward_var"):
             if "rest_grpo" in stats and k in stats[v]:
-                a, b = stats["rest_grpo"][k]["per_seed"], stats[v][k]["per_seed"]
-                row[f"{k}_rest_grpo_minus"] = float(np.mean(a) - np.mean(b))
-                p = float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue) if len(a) > 1 \
-                    else float("nan")
-                row[f"{k}_p"] = p if np.isfinite(p) else None
+                c = kit.LMStudy.compare(stats, "rest_grpo", v, k)
+                row[f"{k}_rest_grpo_minus"], row[f"{k}_p"] = c["difference"], c["p_welch"]
         out[f"rest_grpo vs {v}"] = row
     dec = decoding["decoders"]
     for other in ("prm_bon", "orm_mcts"):

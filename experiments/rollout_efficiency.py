@@ -27,7 +27,6 @@ import time
 
 import jax
 import numpy as np
-from scipy import stats as scipy_stats
 
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.core.config import (
@@ -41,7 +40,7 @@ from jaxrl_suite.core.config import (
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants, format_numbers
+from jaxrl_suite.core.study import check_variants, compare_seeds, format_numbers
 from jaxrl_suite_experiments import CONFIGS
 
 NAME = "rollout_efficiency"
@@ -183,9 +182,8 @@ def _claims(curves: dict, drafters: dict, stats: dict) -> dict:
         r = c["reward"]
         row = {"mean_reward": float(r.mean())}
         if base is not None and v != "static":
-            p = float(scipy_stats.ttest_ind(r.mean(axis=1), base.mean(axis=1),
-                                            equal_var=False).pvalue)
-            row["reward_p_value"] = p if np.isfinite(p) else None  # None: no variance at all
+            # None: fewer than 2 seeds, or both arms constant and equal
+            row["reward_p_value"] = compare_seeds(r.mean(axis=1), base.mean(axis=1))["p_welch"]
             row["max_step_reward_diff"] = float(np.abs(r - base).max())
             for k in ("step_time", "gen_time", "tokens_per_s", "memory_peak_mb"):
                 row[f"{k}_vs_static"] = stats[v][k]["mean"] / max(stats["static"][k]["mean"],

@@ -81,6 +81,26 @@ def seed_stats(values) -> dict[str, Any]:
             "per_seed": x.tolist()}
 
 
+def compare_seeds(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """Arm `a` against arm `b` from their per-seed values: `difference` = mean(a) - mean(b);
+    `p_welch`, the two-sided p-value of Welch's t-test (unequal variances; None with fewer than
+    2 seeds in an arm, or where it is undefined: both arms constant and equal); and, when both arms ran the same seeds (equal
+    lengths, in seed order), `per_seed_difference` a_i - b_i and `seeds_better`, the count of
+    seeds with a_i > b_i."""
+    from scipy import stats as scipy_stats  # scipy is slow to import; only claims need it
+
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    p = None
+    if len(x) > 1 and len(y) > 1:
+        p = float(scipy_stats.ttest_ind(x, y, equal_var=False).pvalue)
+        p = p if np.isfinite(p) else None
+    out: dict[str, Any] = {"difference": float(x.mean() - y.mean()), "p_welch": p}
+    if len(x) == len(y):
+        d = x - y
+        out.update(per_seed_difference=d.tolist(), seeds_better=int((d > 0).sum()))
+    return out
+
+
 def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
                  tensorboard: bool = False, wandb: WandbOptions | None = None) -> MetricsLogger:
     """The metrics log (`log_dir/metrics.jsonl`) of a run made of resumable stages.
@@ -269,6 +289,11 @@ class Study:
                             "end_over_start_per_seed": (end / start).tolist(),
                             "min": float(x.min()), "max": float(x.max())}
         return out
+
+    @staticmethod
+    def compare(stats: Mapping[str, Mapping], a: str, b: str, key: str) -> dict[str, Any]:
+        """`compare_seeds` of variants `a` and `b` in `stats` (`aggregate`'s) on `key`."""
+        return compare_seeds(stats[a][key]["per_seed"], stats[b][key]["per_seed"])
 
     @staticmethod
     def best(stats: Mapping[str, Mapping], keys: Sequence[str]) -> dict[str, list[str]]:

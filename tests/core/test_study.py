@@ -8,7 +8,14 @@ import pytest
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import read_metrics, record_figures
-from jaxrl_suite.core.study import Study, check_seeds, check_variants, open_run_log
+from jaxrl_suite.core.study import (
+    Study,
+    check_seeds,
+    check_variants,
+    compare_seeds,
+    open_run_log,
+    seed_stats,
+)
 
 
 def _study(tmp_path, resume=False):
@@ -201,3 +208,27 @@ def test_a_finished_run_whose_checkpoint_does_not_read_runs_again(tmp_path, caps
     run = tmp_path / "runs" / "b_s3"
     assert (run / "result.json").is_file() and (run / "result.json.untrusted").is_file()
     assert "b_s3: its result is not trusted" in capsys.readouterr().out
+
+
+def test_compare_seeds_is_welchs_test_and_the_per_seed_differences():
+    """Against Welch's formula written out: t = (ma - mb) / sqrt(va/na + vb/nb) (sample
+    variances), Welch-Satterthwaite degrees of freedom, two-sided p from Student's t."""
+    from scipy.stats import t as student_t
+
+    a, b = [0.30, 0.42, 0.35, 0.50], [0.20, 0.25, 0.33, 0.21]
+    va, vb = np.var(a, ddof=1) / 4, np.var(b, ddof=1) / 4
+    t = (np.mean(a) - np.mean(b)) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 3)
+    c = compare_seeds(a, b)
+    assert c["p_welch"] == pytest.approx(2 * student_t.sf(abs(t), df), rel=1e-9)
+    assert c["difference"] == pytest.approx(np.mean(a) - np.mean(b))
+    assert c["per_seed_difference"] == pytest.approx([0.10, 0.17, 0.02, 0.29])
+    assert c["seeds_better"] == 4
+    assert compare_seeds(b, a)["seeds_better"] == 0
+    # one seed, or both arms constant and equal: no p-value; unequal seed counts: no per-seed
+    # differences
+    assert compare_seeds([0.5], [0.4])["p_welch"] is None
+    assert compare_seeds([0.5, 0.5], [0.5, 0.5])["p_welch"] is None
+    assert "seeds_better" not in compare_seeds(a, b[:3])
+    stats = {"x": {"k": seed_stats(a)}, "y": {"k": seed_stats(b)}}
+    assert Study.compare(stats, "x", "y", "k") == c
