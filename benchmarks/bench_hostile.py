@@ -56,7 +56,7 @@ from jaxrl_suite.envs.text import (
     SortTask,
     TriviaQaTask,
 )
-from jaxrl_suite.envs.text.facts import FactsQATask, FactWorld, _build, world_retriever
+from jaxrl_suite.envs.text.facts import FactsQATask, FactWorld, build_world, world_retriever
 from jaxrl_suite.envs.text.gui import GuiTask
 from jaxrl_suite.envs.text.tools.base import ToolError
 from jaxrl_suite.envs.text.tools.calculator import MAX_EXPR_CHARS, calculator
@@ -281,7 +281,7 @@ def main():
               f"{w['ratio']:>11.3g}x {limit:>9.1f}s")
 
     # the fact world's rebuild (not the cache): absolute seconds, against the old 0.2 s limit
-    rebuild = [timed(lambda: _build.__wrapped__(FactWorld(), 0)) for _ in range(repeats)]
+    rebuild = [timed(lambda: build_world.__wrapped__(FactWorld(), 0)) for _ in range(repeats)]
     rebuild_s = statistics.median(rebuild)
     print(f"{'facts world':<13} {'-':>11} {'rebuild (seed 0)':<28} {rebuild_s:>10.2e} "
           f"{'-':>12} {0.2:>9.1f}s")

@@ -150,7 +150,7 @@ def compile_sampler(model, params, mesh, rows: int, prompt: int, new: int):
     scalar = jax.ShapeDtypeStruct((), jnp.float32, sharding=NamedSharding(mesh, P()))
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=NamedSharding(mesh, P()))
     seq_ids = jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=rows_sh)
-    generate = functools.partial(kv_cache._generate, model, max_new_tokens=new, top_k=0,
+    generate = functools.partial(kv_cache.generate_tokens, model, max_new_tokens=new, top_k=0,
                                  eos_id=1, pad_id=0, greedy=False)
     with jax.set_mesh(mesh):
         return jax.jit(generate).lower(params, tokens, mask, key, seq_ids, scalar,

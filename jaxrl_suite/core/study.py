@@ -84,9 +84,9 @@ def seed_stats(values) -> dict[str, Any]:
 def compare_seeds(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """Arm `a` against arm `b` from their per-seed values: `difference` = mean(a) - mean(b);
     `p_welch`, the two-sided p-value of Welch's t-test (unequal variances; None with fewer than
-    2 seeds in an arm, or where it is undefined: both arms constant and equal); and, when both arms ran the same seeds (equal
-    lengths, in seed order), `per_seed_difference` a_i - b_i and `seeds_better`, the count of
-    seeds with a_i > b_i."""
+    2 seeds in an arm, or where it is undefined: both arms constant and equal); and, when both
+    arms ran the same seeds (equal lengths, in seed order), `per_seed_difference` a_i - b_i and
+    `seeds_better`, the count of seeds with a_i > b_i."""
     from scipy import stats as scipy_stats  # scipy is slow to import; only claims need it
 
     x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)

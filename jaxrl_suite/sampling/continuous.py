@@ -37,11 +37,11 @@ from jaxrl_suite.core.parallel import host_local, jit_on_mesh
 from jaxrl_suite.models.lm import CausalLM, KVCache, init_cache
 from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
 from jaxrl_suite.sampling.kv_cache import (
-    _check_sampling,
-    _check_sizes,
-    _f32,
-    _sample,
+    check_sampling,
+    check_sizes,
     default_seq_ids,
+    f32_scalar,
+    sample_tokens,
     sequence_keys,
     token_keys,
 )
@@ -80,7 +80,7 @@ def _continuous_generate(model: CausalLM, params, prompt, prompt_mask, rng, seq_
     s_len = p + n
     prompt = prompt.astype(jnp.int32)
     prompt_mask = prompt_mask.astype(bool)
-    sample = functools.partial(_sample, temperature=temperature, top_p=top_p, top_k=top_k,
+    sample = functools.partial(sample_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                                greedy=greedy)
     seq_keys = sequence_keys(rng, seq_ids)  # [R]
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1, dtype=jnp.int32) - 1, 0)  # [R, P]
@@ -172,8 +172,8 @@ class ContinuousSampler:
                  pad_id: int, refill: str = "continuous", order: str = "sjf",
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  greedy: bool = False, predictor: LengthPredictor | None = None):
-        _check_sizes(max_new_tokens, top_k)
-        _check_sampling(temperature, top_p)
+        check_sizes(max_new_tokens, top_k)
+        check_sampling(temperature, top_p)
         if slots <= 0:
             raise ValueError(f"slots must be positive, got {slots}")
         if refill not in REFILLS:
@@ -185,7 +185,7 @@ class ContinuousSampler:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.predictor = predictor or LengthPredictor(default=max_new_tokens / 2)
-        self._settings = (_f32(self.temperature), _f32(self.top_p))
+        self._settings = (f32_scalar(self.temperature), f32_scalar(self.top_p))
         self._jitted = {}
         self.last_stats: dict = {}
 
@@ -217,7 +217,7 @@ class ContinuousSampler:
         """Completions (a `GenerateOutput`) and stats: decode_steps (M-row forwards), prefills,
         slots, tokens (completion tokens), queue (the row order), and the predicted and actual
         mean lengths."""
-        _check_sampling(self.temperature if temperature is None else temperature,
+        check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
         ids = prompt_ids(_host(prompt), _host(prompt_mask))
         predicted = self.predictor.predict(ids)
@@ -225,8 +225,8 @@ class ContinuousSampler:
         slots = min(self.slots, len(ids))
         out, steps, prefills = self._program(slots)(
             params, prompt, prompt_mask, rng, default_seq_ids(prompt, seq_ids), queue,
-            self._settings[0] if temperature is None else _f32(temperature),
-            self._settings[1] if top_p is None else _f32(top_p))
+            self._settings[0] if temperature is None else f32_scalar(temperature),
+            self._settings[1] if top_p is None else f32_scalar(top_p))
         lengths = _host(out.lengths)
         self.predictor.update(ids, lengths)
         self.last_stats = {"decode_steps": int(steps), "prefills": int(prefills),

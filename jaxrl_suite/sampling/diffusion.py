@@ -52,11 +52,11 @@ from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.models.diffusion_lm import DiffusionLM, completion_logits
 from jaxrl_suite.sampling.base import GenerateOutput
 from jaxrl_suite.sampling.kv_cache import (
-    _argmax,
-    _check_sampling,
-    _f32,
-    _filter_logits,
+    check_sampling,
     default_seq_ids,
+    f32_scalar,
+    filter_logits,
+    first_argmax,
     gumbel_rows,
     sequence_keys,
 )
@@ -102,11 +102,11 @@ def _decode(model: DiffusionLM, params, prompt, prompt_mask, rng, seq_ids, tempe
         keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, s)  # [B]
         k_tok, k_ord = (jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys) for i in (0, 1))
         if greedy:
-            x0 = _argmax(logits.reshape(b * n, -1)).reshape(b, n)
+            x0 = first_argmax(logits.reshape(b * n, -1)).reshape(b, n)
         else:
             v = logits.shape[-1]
-            filtered = _filter_logits(scaled.reshape(b * n, v), 0, top_p).reshape(b, n, v)
-            x0 = _argmax(filtered + gumbel_rows(k_tok, (n, v), filtered.dtype))
+            filtered = filter_logits(scaled.reshape(b * n, v), 0, top_p).reshape(b, n, v)
+            x0 = first_argmax(filtered + gumbel_rows(k_tok, (n, v), filtered.dtype))
         lp0 = jnp.take_along_axis(logp, x0[..., None], axis=-1)[..., 0]  # [B, N]
         if order == "confidence":
             score = jnp.exp(lp0)
@@ -156,7 +156,7 @@ class DiffusionSampler:
         if order not in ORDERS:
             raise ValueError(f"diffusion order must be one of {list(ORDERS)}, got {order!r}")
         transfer_schedule(max_new_tokens, steps, block_size)  # one-line errors now
-        _check_sampling(temperature, top_p)
+        check_sampling(temperature, top_p)
         self.model = model
         self.max_new_tokens, self.steps, self.block_size = max_new_tokens, steps, block_size
         self.order, self.greedy, self.eos_id, self.pad_id = order, greedy, eos_id, pad_id
@@ -171,9 +171,9 @@ class DiffusionSampler:
         unmasked, 0 = first)."""
         t = self.temperature if temperature is None else temperature
         p = self.top_p if top_p is None else top_p
-        _check_sampling(t, p)
+        check_sampling(t, p)
         return self._decode(params, prompt, prompt_mask, rng, default_seq_ids(prompt, seq_ids),
-                            _f32(t), _f32(p))
+                            f32_scalar(t), f32_scalar(p))
 
     def __call__(self, params, prompt, prompt_mask, rng, *, temperature=None, top_p=None,
                  seq_ids=None) -> GenerateOutput:

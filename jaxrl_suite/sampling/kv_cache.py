@@ -30,7 +30,7 @@ from jaxrl_suite.models.lm import CausalLM, init_cache
 from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
 
 
-def _filter_logits(scaled: jax.Array, top_k: int, top_p: jax.Array | float) -> jax.Array:
+def filter_logits(scaled: jax.Array, top_k: int, top_p: jax.Array | float) -> jax.Array:
     """Set logits outside the top-k / nucleus (top-p) set to -inf. [B, V] -> [B, V].
 
     top_k = 0 (static) and top_p >= 1 (traced) switch the filters off. The nucleus is the
@@ -60,7 +60,7 @@ def _filter_logits(scaled: jax.Array, top_k: int, top_p: jax.Array | float) -> j
     return lax.cond(top_p < 1.0, nucleus, top_k_only, scaled)
 
 
-def _argmax(x: jax.Array) -> jax.Array:
+def first_argmax(x: jax.Array) -> jax.Array:
     """First index of the maximum over the last axis, [B, V] -> [B] int32, as `jnp.argmax`.
 
     Written as two plain reductions (max, then min index where equal), which XLA:CPU vectorises;
@@ -90,18 +90,18 @@ def gumbel_rows(keys: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> j
     return jax.vmap(lambda k: jax.random.gumbel(k, shape, dtype))(keys)
 
 
-def _sample(logits, keys, temperature, top_p, *, top_k: int, greedy: bool):
+def sample_tokens(logits, keys, temperature, top_p, *, top_k: int, greedy: bool):
     """Pick tokens from logits [B, V] with one key per row (keys [B]); returns (tokens [B] int32,
     unfiltered logprobs [B])."""
     # logits * (1/T), the form XLA gives `logits / T` for a constant T: same bits as before.
     scaled = logits * (1.0 / temperature)
     if greedy:
-        tok = _argmax(logits)
+        tok = first_argmax(logits)
     else:
         # Gumbel-max: row b is the draw of jax.random.categorical(keys[b], filtered[b]), with a
         # faster argmax.
-        filtered = _filter_logits(scaled, top_k, top_p)
-        tok = _argmax(filtered + gumbel_rows(keys, filtered.shape[-1:], filtered.dtype))
+        filtered = filter_logits(scaled, top_k, top_p)
+        tok = first_argmax(filtered + gumbel_rows(keys, filtered.shape[-1:], filtered.dtype))
     logp = jax.nn.log_softmax(scaled, axis=-1)
     return tok, jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
 
@@ -116,14 +116,14 @@ def default_seq_ids(prompt: jax.Array, seq_ids) -> jax.Array:
     return seq_ids
 
 
-def _check_sizes(max_new_tokens: int, top_k: int) -> None:
+def check_sizes(max_new_tokens: int, top_k: int) -> None:
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
     if top_k < 0:
         raise ValueError(f"top_k must be >= 0, got {top_k}")
 
 
-def _check_sampling(temperature, top_p) -> None:
+def check_sampling(temperature, top_p) -> None:
     """Raise ValueError for a concrete temperature <= 0 or top_p outside (0, 1]; tracers pass."""
     if not isinstance(temperature, jax.core.Tracer) and not float(temperature) > 0:
         # greedy too: its logprobs are reported at this temperature
@@ -132,16 +132,15 @@ def _check_sampling(temperature, top_p) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
-def _f32(x):
+def f32_scalar(x):
     """A float32 scalar argument: always a numpy scalar (cheap to dispatch, and one argument
     signature, so one compiled program), unless x is a tracer of an enclosing jit."""
     return x.astype(jnp.float32) if isinstance(x, jax.core.Tracer) else np.float32(x)
 
 
-def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids, temperature,
-              top_p, *,
-              max_new_tokens: int, top_k: int, eos_id: int, pad_id: int,
-              greedy: bool) -> GenerateOutput:
+def generate_tokens(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids,
+                    temperature, top_p, *, max_new_tokens: int, top_k: int, eos_id: int,
+                    pad_id: int, greedy: bool) -> GenerateOutput:
     """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32)."""
     cfg = model.config
     b, p = prompt_tokens.shape
@@ -150,7 +149,7 @@ def _generate(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids,
     n = max_new_tokens
     prompt_tokens = prompt_tokens.astype(jnp.int32)
     prompt_mask = prompt_mask.astype(bool)
-    sample = functools.partial(_sample, temperature=temperature, top_p=top_p, top_k=top_k,
+    sample = functools.partial(sample_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                                greedy=greedy)
 
     key_mask = jnp.concatenate([prompt_mask, jnp.ones((b, n), bool)], axis=1)  # [B, S]
@@ -210,15 +209,16 @@ class KVCacheSampler:
     def __init__(self, model: CausalLM, *, max_new_tokens: int, eos_id: int, pad_id: int,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  greedy: bool = False):
-        _check_sizes(max_new_tokens, top_k)
-        _check_sampling(temperature, top_p)
+        check_sizes(max_new_tokens, top_k)
+        check_sampling(temperature, top_p)
         self.model = model
         self.max_new_tokens, self.top_k, self.greedy = max_new_tokens, top_k, greedy
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
-        self._settings = (_f32(self.temperature), _f32(self.top_p))  # converted once, not per call
+        # converted once, not per call
+        self._settings = (f32_scalar(self.temperature), f32_scalar(self.top_p))
         self._body = functools.partial(
-            _generate, model, max_new_tokens=max_new_tokens, top_k=top_k, eos_id=eos_id,
+            generate_tokens, model, max_new_tokens=max_new_tokens, top_k=top_k, eos_id=eos_id,
             pad_id=pad_id, greedy=greedy,
         )
         self._generate = jit_on_mesh(self._body)
@@ -233,12 +233,12 @@ class KVCacheSampler:
         row. seq_ids [B] int32 number the sequences for their keys (default arange(B)).
         Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
         """
-        _check_sampling(self.temperature if temperature is None else temperature,
+        check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
         return self._generate(params, prompt, prompt_mask, rng,
                               default_seq_ids(prompt, seq_ids),
-                              self._settings[0] if temperature is None else _f32(temperature),
-                              self._settings[1] if top_p is None else _f32(top_p))
+                              self._settings[0] if temperature is None else f32_scalar(temperature),
+                              self._settings[1] if top_p is None else f32_scalar(top_p))
 
     def compiled_memory(self, params, prompt, prompt_mask) -> dict:
         """The compiler's memory estimate (bytes, `base.compiled_memory`) of decoding these

@@ -4,7 +4,7 @@ Speculative sampling (Leviathan et al. 2023, arXiv:2211.17192; Chen et al. 2023,
 arXiv:2302.01318). Each round, per row:
 
   1. the drafter proposes k tokens d_1..d_k autoregressively, d_i ~ q_i = softmax(filter(
-     logits_q / T)) (top-k / top-p as the target's, `kv_cache._filter_logits`);
+     logits_q / T)) (top-k / top-p as the target's, `kv_cache.filter_logits`);
   2. the target scores [last token, d_1..d_k] in ONE cached (k+1)-token forward, giving
      p_0..p_k = softmax(filter(logits_p / T));
   3. d_i is accepted with probability min(1, p_{i-1}(d_i) / q_i(d_i)), left to right; at the
@@ -86,12 +86,12 @@ from jaxrl_suite.models.lm import CausalLM, init_cache
 from jaxrl_suite.sampling import kv_cache
 from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
 from jaxrl_suite.sampling.kv_cache import (
-    _argmax,
-    _check_sampling,
-    _check_sizes,
-    _f32,
-    _filter_logits,
+    check_sampling,
+    check_sizes,
     default_seq_ids,
+    f32_scalar,
+    filter_logits,
+    first_argmax,
     gumbel_rows,
     sequence_keys,
     token_keys,
@@ -137,8 +137,9 @@ def _speculative(model: CausalLM, drafter: CausalLM, params, drafter_params, pro
     logits, cache_t = model.apply(params, prompt, positions, key_mask, cache_t, 0)
     cache_d = init_cache(drafter.config, b, slots, drafter.config.compute_dtype)
     _, cache_d = drafter.apply(drafter_params, prompt, positions, key_mask, cache_d, 0)
-    tok0, logp0 = kv_cache._sample(logits[:, -1], token_keys(seq_keys, jnp.zeros(b, jnp.int32)),
-                                   temperature, top_p, top_k=top_k, greedy=greedy)
+    tok0, logp0 = kv_cache.sample_tokens(
+        logits[:, -1], token_keys(seq_keys, jnp.zeros(b, jnp.int32)), temperature, top_p,
+        top_k=top_k, greedy=greedy)
 
     # toks[:, 0] = the last prompt token (completion token -1), toks[:, 1 + j] = completion j;
     # the tail past N is where finished rows' writes go.
@@ -152,10 +153,10 @@ def _speculative(model: CausalLM, drafter: CausalLM, params, drafter_params, pro
         """The drafter's token for completion positions pos [B] from its logits [B, V], and its
         (filtered) distribution q [B, V] ([B, 1] zeros when greedy: unused)."""
         if greedy:
-            return _argmax(logits), jnp.zeros((b, 1), jnp.float32)
-        filtered = _filter_logits(logits * inv_t, top_k, top_p)
+            return first_argmax(logits), jnp.zeros((b, 1), jnp.float32)
+        filtered = filter_logits(logits * inv_t, top_k, top_p)
         noise = gumbel_rows(_draw_keys(seq_keys, pos, DRAFT_TAG), (vocab,), filtered.dtype)
-        return _argmax(filtered + noise), jax.nn.softmax(filtered, axis=-1)
+        return first_argmax(filtered + noise), jax.nn.softmax(filtered, axis=-1)
 
     def body(state):
         cache_t, cache_d, toks, logps, length, done, stats = state
@@ -191,12 +192,12 @@ def _speculative(model: CausalLM, drafter: CausalLM, params, drafter_params, pro
         tl, cache_t = model.apply(params, verify, vpos, key_mask, cache_t, p + ln - 1)
         scaled = tl * inv_t  # [B, k+1, V]
         if greedy:
-            best = _argmax(tl.reshape(-1, vocab)).reshape(b, k + 1)
+            best = first_argmax(tl.reshape(-1, vocab)).reshape(b, k + 1)
             accept = drafts == best[:, :k]
             n_acc = jnp.sum(jnp.cumprod(accept, axis=1), axis=1, dtype=jnp.int32)
             nxt = best[rows, n_acc]
         else:
-            filtered = _filter_logits(scaled.reshape(-1, vocab), top_k, top_p)
+            filtered = filter_logits(scaled.reshape(-1, vocab), top_k, top_p)
             pt = jax.nn.softmax(filtered, axis=-1).reshape(b, k + 1, vocab)
             p_d = jnp.take_along_axis(pt[:, :k], drafts[..., None], axis=-1)[..., 0]  # [B, k]
             q_d = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0]
@@ -212,7 +213,7 @@ def _speculative(model: CausalLM, drafter: CausalLM, params, drafter_params, pro
             resid = jnp.maximum(p_sel - q_sel, 0.0)
             resid = jnp.where(jnp.sum(resid, axis=-1, keepdims=True) > 0, resid, p_sel)
             noise = gumbel_rows(_draw_keys(seq_keys, ln + n_acc, RESIDUAL_TAG), (vocab,))
-            nxt = _argmax(jnp.log(resid) + noise)
+            nxt = first_argmax(jnp.log(resid) + noise)
 
         i = jnp.arange(k + 1)
         kept = i <= n_acc[:, None]  # [B, k+1] the emitted tokens L..L+n_acc
@@ -250,10 +251,10 @@ def _speculative(model: CausalLM, drafter: CausalLM, params, drafter_params, pro
 
 def _plain(model: CausalLM, params, drafter_params, prompt, prompt_mask, rng, seq_ids,
            temperature, top_p, **options):
-    """k = 0: `KVCacheSampler`'s program (`kv_cache._generate`), with the stats of
+    """k = 0: `KVCacheSampler`'s program (`kv_cache.generate_tokens`), with the stats of
     `_speculative` (rounds = decode calls after the prefill; nothing drafted)."""
     del drafter_params
-    out = kv_cache._generate(model, params, prompt, prompt_mask, rng, seq_ids, temperature,
+    out = kv_cache.generate_tokens(model, params, prompt, prompt_mask, rng, seq_ids, temperature,
                              top_p, **options)
     zero = jnp.int32(0)
     rounds = jnp.maximum(jnp.max(out.lengths) - 1, 0).astype(jnp.int32)
@@ -468,8 +469,8 @@ class SpeculativeSampler:
                  reward_tau: float | None = None,
                  target_cost: tuple[float, float] | None = None,
                  draft_cost: tuple[float, float] | None = None):
-        _check_sizes(max_new_tokens, top_k)
-        _check_sampling(temperature, top_p)
+        check_sizes(max_new_tokens, top_k)
+        check_sampling(temperature, top_p)
         k_choices = _check_k_choices(k_choices)
         if draft_k != "auto" and (isinstance(draft_k, bool) or draft_k not in k_choices):
             raise ValueError(f"draft_k must be 'auto' or one of k_choices {k_choices}, got "
@@ -489,7 +490,7 @@ class SpeculativeSampler:
         self.max_new_tokens, self.top_k, self.greedy = max_new_tokens, top_k, greedy
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
-        self._settings = (_f32(self.temperature), _f32(self.top_p))
+        self._settings = (f32_scalar(self.temperature), f32_scalar(self.top_p))
         self.draft_k, self.k_choices = draft_k, k_choices
         self.distill_lr, self.distill_steps, self.reward_tau = distill_lr, distill_steps, \
             reward_tau
@@ -597,7 +598,7 @@ class SpeculativeSampler:
         accepted / (accepted + rejections), the per-token rate the controller learns from;
         tokens (sum of lengths). Also kept as `last_stats`.
         """
-        _check_sampling(self.temperature if temperature is None else temperature,
+        check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
         seq_ids = default_seq_ids(prompt, seq_ids)
         b, p = prompt.shape
@@ -610,8 +611,8 @@ class SpeculativeSampler:
         self._check_fits(p, k)
         out, raw = self._program(k)(
             params, self.drafter_params, prompt, prompt_mask, rng, seq_ids,
-            self._settings[0] if temperature is None else _f32(temperature),
-            self._settings[1] if top_p is None else _f32(top_p))
+            self._settings[0] if temperature is None else f32_scalar(temperature),
+            self._settings[1] if top_p is None else f32_scalar(top_p))
         raw = {name: int(v) for name, v in raw.items()}
         drafted, accepted, trials = raw["drafted"], raw["accepted"], \
             raw["accepted"] + raw["rejected"]

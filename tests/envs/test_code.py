@@ -13,7 +13,7 @@ import pytest
 
 from jaxrl_suite.envs.text import TASKS, CodeTask, MBPPTask
 from jaxrl_suite.envs.text import code as code_lib
-from jaxrl_suite.envs.text.base import _stable_hash
+from jaxrl_suite.envs.text.base import stable_hash
 from jaxrl_suite.envs.text.code import live_neighbours, mbpp_prompt, render, run_program
 
 LEVELS = (1, 2, 3)
@@ -76,7 +76,7 @@ def _texts_in_both_splits():
         for k in itertools.count():
             text = f"Write a function {{name}} (variant {k})."
             name = test.split("(")[0].removeprefix("assert ")
-            is_test = _stable_hash(mbpp_prompt(text.format(name=name), test)) % 10 == 0
+            is_test = stable_hash(mbpp_prompt(text.format(name=name), test)) % 10 == 0
             if is_test == (i == 0):
                 texts.append(text)
                 break
@@ -266,7 +266,7 @@ def test_mbpp_examples_splits_and_prompt(mbpp_file):
     assert test_ex.meta.tests == "assert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
     train = task.examples("train", 0, 6)
     assert train[3:] == train[:3] and len({ex.prompt for ex in train}) == 3  # cyclic
-    assert all(_stable_hash(ex.prompt) % 10 != 0 for ex in train)
+    assert all(stable_hash(ex.prompt) % 10 != 0 for ex in train)
     fact = next(ex for ex in train if "fact" in ex.prompt)
     assert fact.prompt.endswith("# Example: assert fact(3) == 6\nimport math\n")
     for ex in train:  # the reference code passes its tests, run here (our own fixture)

@@ -14,7 +14,7 @@ from jaxrl_suite.envs.text import TASKS, Example, make_task
 from jaxrl_suite.envs.text.facts import (
     FactsQATask,
     FactWorld,
-    _build,
+    build_world,
     naive_topk,
     world_retriever,
 )
@@ -68,7 +68,7 @@ def test_registered_and_deterministic():
     assert TaskConfig(name="facts_qa", prompt_len=64).build() == TASK
     assert make_task("facts_qa", seed=3).example("train", 5) == FactsQATask(seed=3).example(
         "train", 5)
-    again = _build.__wrapped__(FactWorld(), 0)  # a real rebuild (its time: bench_hostile.py)
+    again = build_world.__wrapped__(FactWorld(), 0)  # a real rebuild (its time: bench_hostile.py)
     for field in ("names", "twins", "relations", "fact_passage", "combined", "passages",
                   "questions"):
         assert getattr(again, field) == getattr(WORLD, field), field

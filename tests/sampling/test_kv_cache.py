@@ -151,14 +151,14 @@ def test_sampled_matches_reference_loop(sampler, temperature, top_p, seed):
 
 def test_temperature_and_top_p_are_traced_one_compile(monkeypatch):
     traces = []
-    real = kv._generate
+    real = kv.generate_tokens
 
     @functools.wraps(real)
     def counting(*args, **kwargs):
         traces.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kv, "_generate", counting)
+    monkeypatch.setattr(kv, "generate_tokens", counting)
     sampler = KVCacheSampler(MODEL, max_new_tokens=4, eos_id=-1, pad_id=0, top_k=5)
     prompt, prompt_mask = _prompts()
     outs = [sampler(_params(0), prompt, prompt_mask, jax.random.key(0))]
@@ -257,8 +257,8 @@ def test_sample_draw_equals_jax_random_categorical():
     @jax.jit
     def both(logits, key, temperature, top_p):
         keys = jax.random.split(key, logits.shape[0])
-        tok, logp = kv._sample(logits, keys, temperature, top_p, top_k=7, greedy=False)
-        filtered = kv._filter_logits(logits / temperature, 7, top_p)
+        tok, logp = kv.sample_tokens(logits, keys, temperature, top_p, top_k=7, greedy=False)
+        filtered = kv.filter_logits(logits / temperature, 7, top_p)
         expected = jnp.take_along_axis(jax.nn.log_softmax(logits / temperature), tok[:, None], -1)
         ref = jax.vmap(jax.random.categorical)(keys, filtered)  # row b drawn with keys[b]
         return tok, ref, logp, expected[:, 0]
@@ -271,7 +271,7 @@ def test_sample_draw_equals_jax_random_categorical():
 
 @jax.jit
 def _filter(logits, top_p):
-    return kv._filter_logits(logits, 0, top_p)
+    return kv.filter_logits(logits, 0, top_p)
 
 
 def test_filter_logits_keeps_nucleus_and_top_k():
@@ -280,9 +280,9 @@ def test_filter_logits_keeps_nucleus_and_top_k():
     assert keep(_filter(logits, 0.7)) == [True, True, False, False]  # traced top_p
     assert keep(_filter(logits, 0.5)) == [True, False, False, False]
     assert keep(_filter(logits, 0.81)) == [True, True, True, False]
-    assert keep(kv._filter_logits(logits, 2, 1.0)) == [True, True, False, False]
+    assert keep(kv.filter_logits(logits, 2, 1.0)) == [True, True, False, False]
     # The nucleus is taken over the renormalised top-3 ([.526, .316, .158]).
-    assert keep(kv._filter_logits(logits, 3, 0.83)) == [True, True, False, False]
+    assert keep(kv.filter_logits(logits, 3, 0.83)) == [True, True, False, False]
 
 
 def test_filter_at_top_p_one_is_the_identity_or_plain_top_k():
@@ -292,7 +292,7 @@ def test_filter_at_top_p_one_is_the_identity_or_plain_top_k():
     np.testing.assert_array_equal(_filter(logits, jnp.float32(1.0)), logits)  # bitwise
     below_one = jnp.nextafter(jnp.float32(1.0), jnp.float32(0.0))
     assert np.isfinite(np.asarray(_filter(logits, below_one))).sum() < 200  # the nucleus would
-    top5 = jax.jit(lambda x, p: kv._filter_logits(x, 5, p))(logits, 1.0)
+    top5 = jax.jit(lambda x, p: kv.filter_logits(x, 5, p))(logits, 1.0)
     expected = np.where(np.asarray(logits) >= np.sort(np.asarray(logits))[0, -5], logits, -np.inf)
     np.testing.assert_array_equal(top5, expected)
 

@@ -26,7 +26,7 @@ from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.rewards.format import answer_tags, extract_answer, format_reward
 
 SPLITS = ("train", "test")
-_TEST_BUCKETS = 10  # a problem is held out iff stable_hash(key) % _TEST_BUCKETS == 0
+TEST_BUCKETS = 10  # a problem is held out iff stable_hash(key) % TEST_BUCKETS == 0
 _MAX_ATTEMPTS = 10_000  # resampling bound; only reached if a split of a tiny task is empty
 
 
@@ -91,13 +91,13 @@ def label_entropy(labels: Sequence[str]) -> float:
     return float(-(p * np.log2(p)).sum()) + 0.0  # + 0.0: one class gives 0.0, not -0.0
 
 
-def _split_id(split: str) -> int:
+def split_index(split: str) -> int:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
     return SPLITS.index(split)
 
 
-def _stable_hash(key: str) -> int:
+def stable_hash(key: str) -> int:
     """A process-independent 64-bit hash (Python's `hash` is salted per process)."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
@@ -122,12 +122,12 @@ class Task(abc.ABC):
 
     def example(self, split: str, index: int) -> Example:
         """Returns problem `index` of `split`; a pure function of (params, seed, split, index)."""
-        split_id = _split_id(split)
+        split_id = split_index(split)
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         for attempt in range(_MAX_ATTEMPTS):
             ex = self._generate(np.random.default_rng([self.seed, split_id, index, attempt]))
-            is_test = _stable_hash(self._problem_key(ex)) % _TEST_BUCKETS == 0
+            is_test = stable_hash(self._problem_key(ex)) % TEST_BUCKETS == 0
             if is_test == (split == "test"):
                 return ex
         raise RuntimeError(f"{self!r}: no {split!r} problem found in {_MAX_ATTEMPTS} draws")
@@ -196,7 +196,7 @@ class ExampleList(Task):
         raise NotImplementedError("ExampleList serves its own list (see example)")
 
     def example(self, split: str, index: int) -> Example:
-        if _split_id(split) == SPLITS.index("test"):
+        if split_index(split) == SPLITS.index("test"):
             return self.base.example(split, index)
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")

@@ -53,14 +53,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from jaxrl_suite.envs.text.base import (
-    _TEST_BUCKETS,
     TASKS,
+    TEST_BUCKETS,
     Example,
     Task,
     Verdicts,
-    _stable_hash,
+    stable_hash,
 )
-from jaxrl_suite.envs.text.tfds_tasks import _SOURCES, DatasetTask, read_jsonl
+from jaxrl_suite.envs.text.tfds_tasks import SOURCE_CACHE, DatasetTask, read_jsonl
 
 if TYPE_CHECKING:
     from jaxrl_suite.rewards.sandbox import SandboxPool, SandboxResult
@@ -571,11 +571,11 @@ class MBPPTask(_SandboxScored, DatasetTask):
         path = os.path.expanduser(self.path)
         rows = _read_mbpp(path, self.prompt_field)
         key = ("mbpp_split", os.path.abspath(path), self.prompt_field, split)
-        cached = _SOURCES.get(key)
+        cached = SOURCE_CACHE.get(key)
         if cached is None or cached[0] is not rows:  # (re)split when the file was re-read
-            part = [ex for ex in rows if (_stable_hash(self._problem_key(ex)) % _TEST_BUCKETS
+            part = [ex for ex in rows if (stable_hash(self._problem_key(ex)) % TEST_BUCKETS
                                           == 0) == (split == "test")]
-            cached = _SOURCES[key] = (rows, part)
+            cached = SOURCE_CACHE[key] = (rows, part)
         return cached[1]
 
     def _where(self, split: str) -> str:

@@ -167,7 +167,7 @@ class FactWorld:
 
     def build(self, seed: int) -> World:
         """The world of `seed` (cached per process: built once per (config, seed))."""
-        return _build(self, int(seed))
+        return build_world(self, int(seed))
 
 
 def _data():
@@ -264,7 +264,7 @@ def _pick(rng: np.random.Generator, candidates: list[int]) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _build(config: FactWorld, seed: int) -> World:
+def build_world(config: FactWorld, seed: int) -> World:
     rng = np.random.default_rng([seed, 0xFAC75])
     taken = set(_RESERVED)
     first = [_fresh(rng, taken) for _ in range(config.n_first_names)]

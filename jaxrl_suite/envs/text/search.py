@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Task, _stable_hash
+from jaxrl_suite.envs.text.base import TASKS, Example, Task, stable_hash
 from jaxrl_suite.envs.text.facts import (
     FactsQATask,
     FactWorld,
@@ -99,7 +99,7 @@ def question_ids(facts: FactWorld, seed: int, split: str) -> tuple[int, ...]:
     world = qa.world
     want = split == "test"
     ids = [i for i, q in enumerate(world.questions)
-           if (_stable_hash(q.subject) % 10 == 0) == want]
+           if (stable_hash(q.subject) % 10 == 0) == want]
     if not ids:
         raise ValueError(f"the fact world has no {split!r} questions (n_people too small)")
     order = np.random.default_rng([seed, 7, want]).permutation(len(ids))

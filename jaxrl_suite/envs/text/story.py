@@ -66,7 +66,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Task, _stable_hash
+from jaxrl_suite.envs.text.base import TASKS, Example, Task, stable_hash
 
 CHARACTERS = ("Mira", "Ode", "Tam", "Lio", "Rhea", "Bram", "Sela", "Kit")
 PLACES = ("tower", "mill", "harbor", "forest", "market", "well", "bridge", "cave")
@@ -473,7 +473,7 @@ class StoryTask(Task):
 
 
 def _prompt_seed(prompt: str) -> int:
-    return _stable_hash(prompt) % (2**31)
+    return stable_hash(prompt) % (2**31)
 
 
 def plot_stats(checks: Sequence[PlotCheck]) -> dict[str, float]:

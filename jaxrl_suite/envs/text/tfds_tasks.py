@@ -55,8 +55,8 @@ from jaxrl_suite.envs.text.base import (
     TASKS,
     Example,
     Task,
-    _split_id,
-    _stable_hash,
+    split_index,
+    stable_hash,
 )
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 from jaxrl_suite.rewards.match import (
@@ -131,13 +131,13 @@ class DatasetTask(Task):
 
     def size(self, split: str) -> int:
         """Number of problems in `split` (loads it)."""
-        _split_id(split)
+        split_index(split)
         return len(self._records(split))
 
     def example(self, split: str, index: int) -> Example:
         """Problem `index` of `split`: record perm[index % size] of the split, where perm is a
         permutation drawn from (seed, split) (the identity for "test" if not shuffle_test)."""
-        split_id = _split_id(split)
+        split_id = split_index(split)
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         records = self._records(split)
@@ -164,13 +164,13 @@ class DatasetTask(Task):
 
 # ----------------------------------------------------------------------------- TFDS loading
 
-_SOURCES: dict[tuple, Any] = {}  # loaded splits and label names, keyed by what they depend on
+SOURCE_CACHE: dict[tuple, Any] = {}  # loaded splits and label names, keyed by what they depend on
 _DEFAULT_DIR = "the default data_dir ($TFDS_DATA_DIR or ~/tensorflow_datasets)"
 
 
 def clear_dataset_cache() -> None:
     """Forgets every loaded split (TFDS and JSONL), e.g. between tests with different mocks."""
-    _SOURCES.clear()
+    SOURCE_CACHE.clear()
 
 
 def _import_tfds():
@@ -219,8 +219,8 @@ def _tfds_split(name: str, split: str, data_dir: str | None,
     Never downloads. Cached per (name, split, data_dir).
     """
     key = ("tfds", name, split, data_dir, fields)
-    if key in _SOURCES:
-        return _SOURCES[key]
+    if key in SOURCE_CACHE:
+        return SOURCE_CACHE[key]
     tfds = _import_tfds()
     where = data_dir if data_dir is not None else _DEFAULT_DIR
     try:
@@ -231,7 +231,7 @@ def _tfds_split(name: str, split: str, data_dir: str | None,
         raise _load_error(name, where, err) from None
     if len(records):
         _check_fields(name, split, records[0], fields)
-    _SOURCES[key] = records
+    SOURCE_CACHE[key] = records
     return records
 
 
@@ -436,15 +436,15 @@ class ClassificationTask(TfdsTask):
 
 def _class_names(name: str, data_dir: str | None, field: str) -> tuple[str, ...]:
     key = ("labels", name, data_dir, field)
-    if key not in _SOURCES:
+    if key not in SOURCE_CACHE:
         tfds = _import_tfds()
         where = data_dir if data_dir is not None else _DEFAULT_DIR
         try:
             feature = tfds.builder(name, data_dir=data_dir).info.features[field]
         except Exception as err:
             raise _load_error(name, where, err) from None
-        _SOURCES[key] = tuple(str(n) for n in feature.names)
-    return _SOURCES[key]
+        SOURCE_CACHE[key] = tuple(str(n) for n in feature.names)
+    return SOURCE_CACHE[key]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -586,8 +586,8 @@ def read_jsonl(path: str, fields: Sequence[str], what: str, row: Callable[[dict]
     except OSError:
         raise FileNotFoundError(f"{what} file '{path}' does not exist") from None
     key = (what, os.path.abspath(path), stat.st_mtime_ns, stat.st_size, tuple(fields))
-    if key in _SOURCES:
-        return _SOURCES[key]
+    if key in SOURCE_CACHE:
+        return SOURCE_CACHE[key]
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -611,7 +611,7 @@ def read_jsonl(path: str, fields: Sequence[str], what: str, row: Callable[[dict]
                 raise ValueError(f"{path}:{lineno}: {err}") from None
     if not rows:
         raise ValueError(f"{what} file '{path}' has no records")
-    _SOURCES[key] = rows
+    SOURCE_CACHE[key] = rows
     return rows
 
 
@@ -672,12 +672,12 @@ class JsonlTask(DatasetTask):
         key = ("jsonl_split", os.path.abspath(path), self.test_fraction, split,
                self.prompt_field, self.answer_field)
         rows = _read_jsonl(path, self.prompt_field, self.answer_field)
-        cached = _SOURCES.get(key)
+        cached = SOURCE_CACHE.get(key)
         if cached is None or cached[0] is not rows:  # (re)split when the file was re-read
             cut = round(self.test_fraction * _TEST_BUCKETS)
             part = [r for r in rows
-                    if (_stable_hash(r[0]) % _TEST_BUCKETS < cut) == (split == "test")]
-            cached = _SOURCES[key] = (rows, part)
+                    if (stable_hash(r[0]) % _TEST_BUCKETS < cut) == (split == "test")]
+            cached = SOURCE_CACHE[key] = (rows, part)
         return cached[1]
 
     def _where(self, split: str) -> str:
