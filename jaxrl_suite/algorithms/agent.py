@@ -44,6 +44,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl_suite.algorithms.dispatch import DISPATCH
+from jaxrl_suite.algorithms.executors import make_executor
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer, draw_until_full, pool_metrics
 from jaxrl_suite.core.config import Count, NonNegativeInt, check_fields
 from jaxrl_suite.core.parallel import host_local, shard_batch
@@ -153,14 +155,6 @@ def episode_segments(ep: Episode, tokenizer: Tokenizer) -> list[tuple[bool, str]
             out.append((mine, tokenizer.decode(run)))
             run = []
     return out
-
-
-def delayed(delay: float, fn: Callable, *args):
-    """`fn(*args)` after sleeping `delay` seconds: the benchmarks' simulated latency of a remote
-    tool or reward service (module-level, so it pickles into a process pool)."""
-    if delay > 0:
-        time.sleep(delay)
-    return fn(*args)
 
 
 class EpisodeRunner:
@@ -454,8 +448,6 @@ class AgentTrainer:
     def __init__(self, grpo: GRPOTrainer, config: AgentConfig, *, executor=None,
                  reward_executor=None, dispatcher: Callable | None = None,
                  episode_reward: Callable[[list[Episode]], None] | None = None):
-        from jaxrl_suite.algorithms.dispatch import DISPATCH, make_executor
-
         if not isinstance(grpo.task, ToolTask):
             raise ValueError(f"AgentTrainer needs a ToolTask, got {type(grpo.task).__name__}")
         self.grpo, self.config = grpo, config
@@ -663,7 +655,6 @@ __all__ = [
     "EpisodeRunner",
     "EpisodeSFT",
     "ParamStore",
-    "delayed",
     "episode_metrics",
     "episode_segments",
     "expert_episodes",

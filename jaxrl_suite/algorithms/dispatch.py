@@ -26,17 +26,21 @@ episode u is sampled as sequence u * max_turns + t of the sampler's per-sequence
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jaxrl_suite.algorithms.agent import Episode, EpisodeRunner, delayed
 from jaxrl_suite.algorithms.executors import (
     LocalToolExecutor,
     RayToolExecutor,
     ToolExecutor,
     make_executor,
 )
+
+if TYPE_CHECKING:  # annotations only: algorithms.agent imports this module
+    from jaxrl_suite.algorithms.agent import Episode, EpisodeRunner
 
 
 class Latency:
@@ -57,6 +61,14 @@ class Latency:
     def describe(self) -> str:
         parts = [f"{k} median {v * 1e3:.0f} ms" for k, v in self.medians.items() if v]
         return (", ".join(parts) + f", log-normal sigma {self.sigma}") if parts else "none"
+
+
+def delayed(delay: float, fn: Callable, *args):
+    """`fn(*args)` after sleeping `delay` seconds: the benchmarks' simulated latency of a remote
+    tool or reward service (module-level, so it pickles into a process pool)."""
+    if delay > 0:
+        time.sleep(delay)
+    return fn(*args)
 
 
 def lm_rows(n: int, min_rows: int, max_rows: int) -> int:
