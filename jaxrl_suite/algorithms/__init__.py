@@ -1,0 +1,92 @@
+"""Training algorithms: the LM trainers (SFT, GRPO and the methods around it, agents, preference,
+diffusion, value) and the jitted classic-control ones (PPO, RC-BC, OPPO, IQL, ...).
+
+The public names below load on first use (PEP 562): importing one submodule does not import the
+others. A name that several modules define (`make_train`, `train_seeds`), or that is also a
+submodule's (`rcbc.evaluate`), is imported from its module.
+"""
+
+import importlib
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "agent": (
+        "AgentConfig", "AgentTrainer", "Episode", "EpisodeRunner", "EpisodeSFT", "ParamStore",
+        "episode_metrics", "episode_segments", "expert_episodes", "init_episode", "score_episode"
+    ),
+    "diffusion": (
+        "DiffusionConfig", "DiffusionScorer", "DiffusionStudy", "estimator_variance",
+        "masked_diffusion_objective", "sequence_estimates"
+    ),
+    "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
+    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k"),
+    "executors": (
+        "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
+    ),
+    "exit": (
+        "ExItConfig", "ExItTrainState", "ExItTrainer", "MultiTurnTrainer", "evaluate_iterations"
+    ),
+    "gencls": (
+        "DECODINGS", "DEFINITIONS", "ICL_MODES", "UNCERTAIN", "GenclsMeta", "StrategyConfig",
+        "StrategyTask", "bag_of_words", "classification_view", "evaluate_strategy", "label_texts",
+        "needed_lengths", "ppl_scores"
+    ),
+    "grpo": (
+        "GRPOBatch", "GRPOConfig", "GRPOTrainState", "GRPOTrainer", "LMTrainer", "SFTConfig",
+        "SFTTrainer", "UNSET_ANCHOR", "VALIDATION_START", "carry_adam_moments", "drafter_config",
+        "draw_until_full", "informative_groups", "make_rollout_sampler", "pool_metrics"
+    ),
+    "iql": (
+        "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"
+    ),
+    "lm_study": (
+        "LM", "EvalConfig", "LMStudy", "RunConfig", "TaskConfig", "build_lm", "check_batches",
+        "eval_record", "lm_keys"
+    ),
+    "loop": ("fit", "fit_resumable"),
+    "offline_data": (
+        "DATASETS", "OfflineDataConfig", "PreferenceData", "Transitions", "build_datasets",
+        "complete_episode_returns", "dataset_scores", "pick_expert_and_medium", "preference_data",
+        "train_snapshots", "transitions"
+    ),
+    "oppo": (
+        "OPPO", "OPPOConfig", "OPPOState", "context_diagnostics", "segment_embeddings",
+        "zspace_pca"
+    ),
+    "ppo": (
+        "fit_unit", "HPARAMS", "PPO", "PPOConfig", "RunnerState", "SamplerCurriculum", "run_seeds",
+        "seed_keys", "sweep"
+    ),
+    "pref_reward": (
+        "PrefIQL", "RewardModel", "RewardModelConfig", "RewardState", "make_train_reward"
+    ),
+    "preference": (
+        "PREFERENCE_LOSSES", "PairLoss", "PreferenceBatch", "PreferenceConfig", "PreferencePair",
+        "PreferenceTrainer"
+    ),
+    "rcbc": (
+        "ARCHS", "OfflineTask", "PolicyConfig", "RCBCConfig", "SeqPolicy", "bc_loss", "collect",
+        "dataset_tokens", "evaluate_seeds", "fit_seeds", "make_tokens", "popgym_task",
+        "tmaze_task", "token_dim"
+    ),
+    "s3": ("SearchReward",),
+    "value": ("ValueBatch", "ValueConfig", "ValueTrainer", "value_mse_loss"),
+    "w2s": (
+        "BINARY_VIEWS", "LABEL_TEXTS", "SUFFIX", "PretrainConfig", "Split", "TrainConfig",
+        "W2SData", "accuracy", "classifier_logits", "encode_split", "init_params",
+        "label_token_ids", "lm_nll", "make_data", "make_pretrain", "one_hot_targets", "parse_size",
+        "predict_proba", "weak_labels"
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

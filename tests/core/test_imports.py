@@ -114,3 +114,27 @@ def test_the_walk_sees_function_level_imports_and_skips_type_checking_ones():
     hidden = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                        "    from jaxrl_suite.x import Y\n")
     assert [n.module for n in _imports(hidden)] == ["typing"]
+
+
+def test_each_layers_public_names_resolve_to_their_modules_objects():
+    """`jaxrl_suite.{algorithms, core, envs, kernels}` export their public names lazily; each
+    name in `__all__` is the very object its module defines, and an unknown name is an
+    AttributeError (not a silent None)."""
+    import importlib
+
+    import pytest
+
+    for pkg in ("algorithms", "core", "envs", "kernels"):
+        package = importlib.import_module(f"jaxrl_suite.{pkg}")
+        assert package.__all__ and package.__all__ == sorted(set(package.__all__))
+        for name in package.__all__:
+            module = importlib.import_module(f"jaxrl_suite.{pkg}.{package._MODULE_OF[name]}")
+            assert getattr(package, name) is getattr(module, name), (pkg, name)
+        assert set(package.__all__) <= set(dir(package))
+        with pytest.raises(AttributeError, match="no_such_name"):
+            package.no_such_name  # noqa: B018
+    from jaxrl_suite.algorithms import GRPOTrainer
+    from jaxrl_suite.core import Study
+
+    assert GRPOTrainer.__module__ == "jaxrl_suite.algorithms.grpo"
+    assert Study.__module__ == "jaxrl_suite.core.study"
