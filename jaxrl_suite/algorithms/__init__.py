@@ -6,7 +6,7 @@ others. A name that several modules define (`make_train`, `train_seeds`), or tha
 submodule's (`rcbc.evaluate`), is imported from its module.
 """
 
-import importlib
+from jaxrl_suite.core.exports import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent": (
@@ -77,16 +77,4 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "predict_proba", "weak_labels"
     ),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__all__, _MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
