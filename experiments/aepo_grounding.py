@@ -147,11 +147,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: {
         m: evaluate(probe, sft_params, m) for m in ("multi", "single")})
     # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
-    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
-                               checkpoint_dir=study.checkpoint_dir("sft_more"),
-                               log_dir=study.run_dir("sft_more"))
-    more_eval = study.cached(study.run_dir("sft_more") / "eval.json", lambda: {
-        m: evaluate(probe, more.params, m) for m in ("multi", "single")})
+    more_eval = study.sft_control(sft_state, lambda params: {
+        m: evaluate(probe, params, m) for m in ("multi", "single")})
     for m in ("multi", "single"):
         print0(f"[{NAME}] SFT ({m}): {format_numbers(sft_eval[m])}")
         print0(f"[{NAME}] SFT continued ({m}): {format_numbers(more_eval[m])}")

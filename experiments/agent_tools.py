@@ -159,11 +159,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         print0(f"[{NAME}] {name}: {format_numbers(evaluation)}")
         # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
         more_name = name.replace("sft_", "sft_more_")
-        more = study.continued_sft(state, steps=cfg.grpo.steps, trainer=trainer,
-                                   checkpoint_dir=study.checkpoint_dir(more_name),
-                                   log_dir=study.run_dir(more_name))
-        more_eval = study.cached(study.run_dir(more_name) / "eval.json",
-                                 lambda: held_out_eval(agent, more.params))
+        more_eval = study.sft_control(state, lambda params: held_out_eval(agent, params),
+                                      name=more_name, trainer=trainer)
         print0(f"[{NAME}] {more_name}: {format_numbers(more_eval)}")
         return state.params, {name: evaluation, more_name: more_eval}
 

@@ -140,11 +140,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                f"{e} {s['variance']:.3g}" for e, s in
                sft_eval["variance"][str(cfg.variance.passes[0])].items()))
     # The control: the same SFT (masked diffusion) continued for as many steps as a GRPO run.
-    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
-                               checkpoint_dir=study.checkpoint_dir("sft_more"),
-                               log_dir=study.run_dir("sft_more"))
-    sft_more = study.cached(study.run_dir("sft_more") / "eval.json",
-                            lambda: study.evaluate(probe, more.params))
+    sft_more = study.sft_control(sft_state, lambda params: study.evaluate(probe, params))
     print0(f"[{NAME}] continued SFT: greedy {sft_more['greedy_accuracy']:.3f}, pass@1 "
            f"{sft_more['pass@1']:.3f}")
     trainers = {e: study.grpo_trainer(cfg.grpo, sft_params, estimator=e)

@@ -207,11 +207,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     stats = study.aggregate(results, keys)
     sft_eval = study.cached(opts.out_dir / "sft_eval.json", lambda: evaluate(sft_params))
     # The control: the same SFT continued for as many optimizer steps as a GRPO run takes.
-    more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
-                               checkpoint_dir=study.checkpoint_dir("sft_more"),
-                               log_dir=study.run_dir("sft_more"))
-    sft_more = study.cached(study.run_dir("sft_more") / "eval.json",
-                            lambda: evaluate(more.params))
+    sft_more = study.sft_control(sft_state, evaluate)
     print0(f"[{NAME}] SFT: {format_numbers(sft_eval)}; continued SFT: "
            f"{format_numbers(sft_more)}")
     best = max(results.values(), key=lambda r: (r["strict_accuracy"], r["pass_rate"]))

@@ -542,6 +542,16 @@ class LMStudy(Study):
                             num_steps=int(state.step) + steps, checkpoint_dir=checkpoint_dir,
                             logger=logger, cursor=int(state.step) * self.cfg.sft.batch_size)
 
+    def sft_control(self, state, evaluate: Callable[[Any], dict], *, name: str = "sft_more",
+                    trainer=None) -> dict:
+        """The continued-SFT control of a study with one shared SFT: `continued_sft` of `state`
+        for grpo.steps more steps (checkpoints/NAME, runs/NAME), then `evaluate(params)`,
+        cached in runs/NAME/eval.json (a resumed study reads it back). Returns the evaluation."""
+        more = self.continued_sft(state, steps=self.cfg.grpo.steps, trainer=trainer,
+                                  checkpoint_dir=self.checkpoint_dir(name),
+                                  log_dir=self.run_dir(name))
+        return self.cached(self.run_dir(name) / "eval.json", lambda: evaluate(more.params))
+
     def early_stop(self, trainer) -> Callable[[int, Any], dict] | None:
         """The SFT's early-stopping callback (`SFTConfig.stop_accuracy`; None when off): every
         sft.stop_every steps, greedy accuracy on the validation problems (`val_accuracy`), and
