@@ -204,12 +204,8 @@ def _claims(stats: dict) -> dict | None:
     improves = {s: bool(r["absolute"] > 0) for s, r in per_split.items()}
     rel = {s: r["relative"] for s, r in per_split.items() if r["relative"] is not None}
     largest = max(rel, key=rel.get) if rel else None
-    if all(improves.values()) and largest == "unseen":
-        verdict = "reproduced"
-    elif any(improves.values()):
-        verdict = "partly reproduced"
-    else:
-        verdict = "not reproduced"
+    verdict = kit.LMStudy.verdict(all(improves.values()) and largest == "unseen",
+                                  any(improves.values()))
     explore = {s: {k: {"aepo": a[f"{k}_{s}"]["mean"], "naive": b[f"{k}_{s}"]["mean"]}
                    for k in EXPLORE} for s in EVAL_SPLITS}
     wider = all(explore[s]["hit_any"]["aepo"] > explore[s]["hit_any"]["naive"]
@@ -225,7 +221,7 @@ def _claims(stats: dict) -> dict | None:
             "paper": "multi-answer rollouts explore more candidates and hit the target at some "
                      "rank more often than single-answer RLVR",
             "splits": explore, "aepo_explores_more": wider,
-            "verdict": "reproduced" if wider else "not reproduced"},
+            "verdict": kit.LMStudy.verdict(wider)},
     }
 
 

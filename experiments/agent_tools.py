@@ -37,7 +37,6 @@ from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.agent import (
     AgentConfig,
     AgentTrainer,
-    EpisodeSFT,
     episode_metrics,
     expert_episodes,
 )
@@ -145,13 +144,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         demos = expert_episodes(agent.runner, task.examples("train", 0, cfg.demos),
                                 executor=tools_pool)
         demo_time = time.perf_counter() - t0
-        trainer = EpisodeSFT(study.sft_trainer(), agent.runner, demos, seed=study.start_seed)
-        seed = study.start_seed
-        init = trainer.init_state(study.lm.init_params(seed), kit.lm_keys(seed).sft)
-        ckpt = study.checkpoint_dir(name)
-        with study.log(study.run_dir(name), [(ckpt, 0)]) as logger:
-            state = study.fit(trainer, init, stage="sft", num_steps=cfg.sft.steps,
-                              checkpoint_dir=ckpt, logger=logger)
+        state, trainer = study.episode_sft(agent.runner, demos, name=name)
         evaluation = study.cached(study.run_dir(name) / "eval.json", lambda: {
             **held_out_eval(agent, state.params),
             "demo_success": episode_metrics(demos)["success"], "demo_time_s": demo_time,

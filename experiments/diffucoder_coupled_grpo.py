@@ -109,8 +109,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
     study = DiffusionStudy(NAME, cfg, opts, variants=cfg.estimators)
     ar = ar_sft = None
-    if cfg.init == "ar_sft" or cfg.ar_reference:
-        ar, ar_sft = _ar_sft(study, cfg, opts)
+    if cfg.init == "ar_sft" or cfg.ar_reference:  # the same-size causal LM after SFT: the
+        # diffusion LM's start with init "ar_sft", and the reference row's
+        ar = study.sibling(cfg.model, (AR,))
+        ar_sft = ar.shared_sft(name="ar_sft").params
     sft_state = study.shared_sft(params=ar_sft if cfg.init == "ar_sft" else None)
     sft_params = sft_state.params
     probe = study.grpo_trainer(cfg.grpo, sft_params)  # evaluation and rollouts of the SFT model
@@ -160,15 +162,12 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     results = study.run(train, fmt=lambda r: format_numbers(
         {k: v for k, v in r.items() if not isinstance(v, dict)}))
-    keys = ["greedy_accuracy", "pass@1", "length", "wall_time_s"]
-    stats = study.aggregate(results, keys)
+    stats = study.aggregate(results, ["greedy_accuracy", "pass@1", "length", "wall_time_s"])
     for e in study.variants:  # AR-ness after RL, per seed
         runs = study.per_variant(results)[e]
-        for mode in ("greedy", "sampled"):
-            for k in cfg.arness.ks:
-                for kind in ("local", "global"):
-                    stats[e][f"{kind}@{k}_{mode}"] = seed_stats(
-                        [r[f"arness_{mode}"][f"{kind}@{k}"] for r in runs])
+        stats[e].update({f"{kind}@{k}_{mode}": seed_stats(
+            [r[f"arness_{mode}"][f"{kind}@{k}"] for r in runs]) for mode in ("greedy", "sampled")
+            for k in cfg.arness.ks for kind in ("local", "global")})
     ar = _ar_grpo(ar, ar_sft, cfg, opts) if cfg.ar_reference else None
     first = {"SFT (diffusion start)": {**sft_eval, **_flat_arness(sft_eval, cfg)},
              "SFT continued": sft_more}
@@ -194,19 +193,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 def _flat_arness(result: dict, cfg: Config) -> dict:
     """The SFT start's AR-ness in the table's keys (greedy, and sampled at T = 1 if measured)."""
-    out = {f"{kind}@1_greedy": result["arness_greedy"][f"{kind}@1"]
-           for kind in ("local", "global")}
     t1 = result["arness_by_temperature"].get("1.0")
-    out["local@1_sampled"] = t1["local@1"] if t1 else float("nan")
-    return out
-
-
-def _ar_sft(study: DiffusionStudy, cfg: Config, opts: RunOptions):
-    """The same-size causal LM after SFT on the same task (checkpoints/ar_sft, runs/ar_sft):
-    the diffusion LM's start with init "ar_sft", and the reference row's. Returns (its study,
-    its SFT params)."""
-    ar = study.sibling(cfg.model, (AR,))  # an LMStudy: the causal LM of the same config
-    return ar, ar.shared_sft(name="ar_sft").params
+    return {**{f"{kind}@1_greedy": result["arness_greedy"][f"{kind}@1"] for kind in
+               ("local", "global")}, "local@1_sampled": t1["local@1"] if t1 else float("nan")}
 
 
 def _ar_grpo(ar: kit.LMStudy, sft_params, cfg: Config, opts: RunOptions) -> dict:
@@ -258,22 +247,14 @@ def _plots(study: DiffusionStudy, cfg: Config, sft_eval: dict, stats: dict,
     study.plot_bars(groups, out / "pass1.png", ylabel="held-out pass@1",
                     hline=sft_eval["greedy_accuracy"],
                     title=f"{NAME}: pass@1 after GRPO (dashed: diffusion SFT greedy)")
-    # estimator variance against forward passes
-    fig, ax = pyplot().subplots(figsize=(6, 4))
+    # estimator variance against forward passes ("full" is deterministic: nothing to draw)
     passes = list(cfg.variance.passes)
-    for e in ESTIMATORS:
-        v = [sft_eval["variance"][str(p)][e]["variance"] for p in passes]
-        if e == "full":  # deterministic: no variance to draw on a log axis
-            continue
-        ax.plot(passes, v, marker="o", label=e)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("forward passes per estimate")
-    ax.set_ylabel("variance of the sequence log-prob estimate")
-    ax.set_title("estimator variance over mask draws (SFT model)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    save_figure(fig, out / "variance.png")
+    study.plot_means(passes, {e: {"variance": seed_stats(
+        [[sft_eval["variance"][str(p)][e]["variance"] for p in passes]])}
+        for e in ESTIMATORS if e != "full"}, "variance", out / "variance.png",
+        xscale="log", yscale="log", xlabel="forward passes per estimate",
+        ylabel="variance of the sequence log-prob estimate",
+        title="estimator variance over mask draws (SFT model)")
     # AR-ness: against temperature (SFT), and greedy before / after RL
     fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(11, 4))
     temps = list(cfg.arness.temperatures)

@@ -38,69 +38,26 @@ import numpy as np
 
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.gencls import (
+    StrategiesConfig,
     StrategyConfig,
     StrategyTask,
     evaluate_strategy,
     needed_lengths,
 )
-from jaxrl_suite.core.config import ConfigError, Count, Range, check_fields, to_dict
+from jaxrl_suite.core.config import ConfigError, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import Study, check_variants, seed_stats
+from jaxrl_suite.core.study import Study, seed_stats
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.envs.text.topics import TopicsTask, keyword_baseline_accuracy
 from jaxrl_suite_experiments import CONFIGS
 
 NAME = "gencls_strategies"
-# strategy name -> its switches (StrategyConfig fields; the shared ones come from `strategies`)
-VARIANTS: dict[str, dict] = {
-    "base": {},
-    "icl_random": {"icl": "random"},
-    "icl_nearest": {"icl": "nearest"},
-    "definitions": {"definitions": True},
-    "uncertain": {"uncertain": True},
-    "numeric": {"numeric": True},
-    "ppl": {"decoding": "ppl"},
-    "reasoning": {"reasoning": True},
-}
 KEYS = {"sft_accuracy": "SFT", "sft_sampled_accuracy": "SFT sampled", "rl_accuracy": "SFT+RL",
         "rl_sampled_accuracy": "SFT+RL sampled", "gain": "RL gain",
         "rl_uncertain": "uncertain (RL)", "rl_invalid": "invalid (RL)"}
 SAMPLED = ("sft_sampled_accuracy", "rl_sampled_accuracy")  # free-decoding strategies only
 PAPER_GAIN = 3.46  # points of accuracy over naive SFT, the paper's average over 7 datasets
-
-
-@dataclasses.dataclass(frozen=True)
-class StrategiesConfig:
-    names: tuple[str, ...] = tuple(VARIANTS)  # which strategies to run (VARIANTS)
-    shots: Count = 2  # in-context examples per prompt (icl_random, icl_nearest)
-    pool_size: Count = 256  # their pool: the task's first train examples
-    ppl_norm: str = "mean"  # ppl decoding: "mean" log-prob per token (perplexity) or "sum"
-    max_text_chars: Count | None = None  # cut each text to this many characters (e.g. ag_news)
-
-    def __post_init__(self):
-        check_fields(self, "strategies.")  # the Ranges declared above
-        check_variants(self.names, VARIANTS, "strategies.names")
-        for name in self.names:
-            self.strategy(name)  # one-line errors for bad shared fields
-            if name != twin(self, name) and twin(self, name) not in self.names[
-                    : self.names.index(name)]:
-                raise ValueError(f"strategies.names: {name!r} evaluates the models of "
-                                 f"{twin(self, name)!r}, which must be listed before it")
-
-    def strategy(self, name: str) -> StrategyConfig:
-        """The `StrategyConfig` of strategy `name`."""
-        return StrategyConfig(shots=self.shots, pool_size=self.pool_size,
-                              ppl_norm=self.ppl_norm, max_text_chars=self.max_text_chars,
-                              **VARIANTS[name])
-
-
-def twin(strategies: StrategiesConfig, name: str) -> str:
-    """The strategy whose models `name` evaluates: itself, or for a decoding-only strategy
-    ("ppl") the strategy that trains the same way (VARIANTS' first with that training)."""
-    training = strategies.strategy(name).training
-    return next(v for v in VARIANTS if strategies.strategy(v).decoding == "free"
-                and strategies.strategy(v).training == training)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +120,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     study = Study(NAME, opts, names, cfg.run.seeds)
     study.write_config(cfg)
     base = base_task(cfg)
-    studies = {v: strategy_study(cfg, opts, base, v) for v in names if twin(cfg.strategies, v)
+    studies = {v: strategy_study(cfg, opts, base, v) for v in names if cfg.strategies.twin(v)
                == v}
     trainers: dict[str, tuple] = {}  # strategy -> (SFT trainer, GRPO trainer), built once
 
@@ -186,7 +143,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     def train(variant: str, seed: int, _) -> dict:
         t0, strategy, source = time.perf_counter(), cfg.strategies.strategy(variant), \
-            twin(cfg.strategies, variant)
+            cfg.strategies.twin(variant)
         times = {"sft": 0.0, "grpo": 0.0}  # stage wall times (compiling included)
         sub, keys = studies[source], kit.lm_keys(seed)
         sft_trainer, grpo = trainers_of(source)
@@ -266,11 +223,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 
 def _verdict(per_seed: np.ndarray) -> str:
-    """"reproduced" when the mean over seeds and every seed's value are > 0, "mixed" when
-    only the mean is, else "not reproduced"."""
-    if per_seed.mean() > 0:
-        return "reproduced" if (per_seed > 0).all() else "mixed"
-    return "not reproduced"
+    """"reproduced" when every seed's value is > 0, "mixed" when only the mean over seeds is."""
+    return kit.LMStudy.verdict(bool((per_seed > 0).all()), per_seed.mean() > 0,
+                               partly_label="mixed")
 
 
 def _claims(stats: dict, names) -> dict:

@@ -29,8 +29,6 @@ results/oppo_offline_pref/{config.json, summary.json, table.md, returns.png, zsp
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -42,16 +40,16 @@ from jaxrl_suite.algorithms.iql import BCConfig, IQLConfig
 from jaxrl_suite.algorithms.offline_data import (
     DATASETS,
     OfflineDataConfig,
-    build_datasets,
     dataset_scores,
+    load_or_build_datasets,
 )
 from jaxrl_suite.algorithms.oppo import OPPOConfig
 from jaxrl_suite.algorithms.ppo import PPOConfig
 from jaxrl_suite.algorithms.pref_reward import RewardModelConfig
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.checkpoint import save_tree
 from jaxrl_suite.core.config import Count, NonNegative, Seed, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
-from jaxrl_suite.core.metrics import WandbConfig, pyplot, save_figure, write_json
+from jaxrl_suite.core.metrics import WandbConfig, pyplot, save_figure
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
 from jaxrl_suite.envs.contextual import ContextualEnv
@@ -117,30 +115,6 @@ class Config:
 
 
 # -- data ------------------------------------------------------------------------------------------
-def _load_or_build_data(cfg: Config, data_dir: Path, resume: bool):
-    info_path = data_dir / "info.json"
-    if resume and info_path.is_file():
-        info = json.loads(info_path.read_text())
-        same = (info.get("data_config") == to_dict(cfg.data)
-                and info.get("data_seed") == cfg.run.data_seed)
-        if not same:
-            raise ValueError(f"--resume: {info_path} was built with another data config or "
-                             "run.data_seed; resume with the same config or start afresh")
-        datasets = {}
-        for name in DATASETS:
-            with np.load(data_dir / f"{name}.npz") as f:
-                datasets[name] = {k: f[k] for k in f.files}
-        return datasets, info, True
-    datasets, info = build_datasets(cfg.data, jax.random.PRNGKey(cfg.run.data_seed))
-    info = {**info, "data_config": to_dict(cfg.data), "data_seed": cfg.run.data_seed}
-    if jax.process_index() == 0:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        for name, d in datasets.items():
-            np.savez_compressed(data_dir / f"{name}.npz", **d)
-        write_json(info_path, info)
-    return datasets, info, False
-
-
 def _preferences(cfg: Config, datasets: dict) -> dict:
     """Labelled segment pairs of each dataset (keyed by its position in DATASETS)."""
     prefs = {}
@@ -188,7 +162,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     study = Study(NAME, opts, variants=units, seeds=cfg.run.seeds)
     study.write_config(cfg)
     env = ContextualEnv(cfg.data.ppo.env)
-    datasets, info, reused = _load_or_build_data(cfg, opts.out_dir / "data", opts.resume)
+    datasets, info, reused = load_or_build_datasets(cfg.data, opts.out_dir / "data",
+                                                    seed=cfg.run.data_seed, resume=opts.resume)
     print0(f"[{NAME}] {cfg.data.ppo.env} data {'reloaded' if reused else 'built'}: random "
            f"{info['random_return']:.1f}, expert {info['expert_return']:.1f}; snapshot scores "
            f"{np.round(info['snapshot_scores'], 1).tolist()}")
@@ -218,12 +193,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             result["contexts"] = ctx
             if d == cfg.run.zspace_dataset:
                 result["zspace"] = oppo.zspace_pca(agent, batch, state, prefs[d])
-        ckpt_dir = study.checkpoint_dir(unit)
-        if ckpt_dir.exists() and jax.process_index() == 0:
-            shutil.rmtree(ckpt_dir)  # a unit killed after its save, before its result.json
-        ckpt = Checkpointer(ckpt_dir, keep=1)
-        ckpt.save(0, state, {"method": method}, force=True)
-        ckpt.close()
+        save_tree(study.checkpoint_dir(unit), state, {"method": method})
         return result
 
     done = study.run_units(units, train_unit, fmt=_fmt)

@@ -39,7 +39,7 @@ from jaxrl_suite.core.config import Count, Range, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants, format_numbers
+from jaxrl_suite.core.study import check_variants, format_numbers, verdict
 from jaxrl_suite.envs.text.screening import KeywordATS, ScreeningTask, selection_metrics
 from jaxrl_suite.rewards.composite import (
     COMPONENTS,
@@ -219,28 +219,24 @@ def _claims(stats: dict, per_variant: dict, ats: dict, sft: dict, cfg: Config) -
                                     for r in per_variant[v]] for v in VARIANTS},
             "recall": {v: [r["recall"] for r in per_variant[v]] for v in VARIANTS},
             "selected_rate": {v: mean[v]["selected_rate"] for v in VARIANTS},
-            "verdict": _verdict(majority and n["gentle"] == 0)}
+            "verdict": verdict(majority and n["gentle"] == 0)}
     for v in stats:
         claims[f"{v}_beats_ats"] = {
             "claim": f"GRPO ({v}) beats the keyword ATS on held-out accuracy and SELECTED F1",
             "grpo": {k: mean[v][k] for k in ("accuracy", "f1")},
             "ats": {k: ats[k] for k in ("accuracy", "f1")},
-            "verdict": _verdict(mean[v]["accuracy"] > ats["accuracy"]
+            "verdict": verdict(mean[v]["accuracy"] > ats["accuracy"]
                                 and mean[v]["f1"] > ats["f1"])}
         claims[f"{v}_beats_sft"] = {
             "claim": f"the GRPO phase ({v}) raises held-out accuracy above SFT alone",
             "grpo_accuracy": mean[v]["accuracy"], "sft_accuracy": sft["accuracy"],
-            "verdict": _verdict(mean[v]["accuracy"] > sft["accuracy"])}
+            "verdict": verdict(mean[v]["accuracy"] > sft["accuracy"])}
     best = max(stats, key=lambda v: mean[v]["accuracy"])
     claims["paper_numbers"] = {
         "claim": "the paper's own held-out numbers (its data, a <600M model), for comparison",
         "paper": PAPER, "best_variant": best,
         "measured": {k: mean[best][k] for k in PAPER}}
     return claims
-
-
-def _verdict(ok: bool) -> str:
-    return "reproduced" if ok else "not reproduced"
 
 
 def _plots(study, stats, ats, sft, cfg: Config, opts: RunOptions) -> None:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Annotated
 
 import jax
 import numpy as np
@@ -57,23 +56,19 @@ from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.agent import (
     AgentConfig,
     AgentTrainer,
-    EpisodeSFT,
     episode_metrics,
     expert_episodes,
 )
 from jaxrl_suite.algorithms.executors import make_executor
-from jaxrl_suite.algorithms.s3 import SearchReward
+from jaxrl_suite.algorithms.s3 import GeneratorConfig, QuestionPools, SearchConfig, SearchReward
 from jaxrl_suite.core.config import (
-    ConfigError,
     Count,
-    Probability,
-    Range,
     check_fields,
     to_dict,
 )
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats
+from jaxrl_suite.core.study import check_variants, format_numbers, seed_stats, verdict
 from jaxrl_suite.envs.text.facts import FactWorld
 from jaxrl_suite.envs.text.search import ReaderTask, SearchTask, question_ids
 from jaxrl_suite.rewards.gbr import SEARCH_REWARDS
@@ -88,42 +83,6 @@ LABELS = {"success": "accuracy", "sampled_success": "sampled accuracy",
           "reward_gbr": "gain over RAG", "reward_recall": "gold recall",
           "reward_docs": "documents", "reward_queries": "queries", "turns": "turns",
           "format_fail_rate": "format fails", "truncated_frac": "truncated"}
-
-
-@dataclasses.dataclass(frozen=True)
-class GeneratorConfig:
-    model: kit.ModelConfig = kit.ModelConfig(vocab_size=1024, d_model=128, n_layers=4,
-                                             n_heads=4, n_kv_heads=4, d_ff=512, max_len=208)
-    sft: kit.SFTConfig = kit.SFTConfig(steps=1500, batch_size=32, lr=2e-3)
-    tokenizer: str = "bpe:1024"  # its own (it only ever reads text), like run.tokenizer
-    prompt_len: Count = 200  # documents + question
-    max_new_tokens: Count = 8  # the answer
-    max_docs: Count = 8  # documents in its context (training contexts hold 2..max_docs)
-    batch_size: Count = 64  # rows of one generator call
-
-    def __post_init__(self):
-        check_fields(self, "generator.")  # the Ranges declared above
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchConfig:
-    # documents per <information> block (1..9: one-digit document numbers)
-    top_k: Annotated[int, Range(ge=1, le=9)] = 8
-    max_select: Count = 3  # documents one <important_info> may select (<= top_k)
-    lazy: Probability = 0.3  # the SFT expert's chance to stop at once with the naive documents
-    unselected: str = "all"  # a block no turn selects from: "all" its documents (authors), "none"
-    # the rewards whose RL pools drop the training questions naive RAG already answers (the
-    # authors' s3 recipe); the other rewards' pools are the training questions as they come
-    drop_solved: tuple[str, ...] = ("gbr", "gbr_acc")
-    sft_questions: Count = 512  # the last training questions: the SFT demonstrations' (no pool's)
-
-    def __post_init__(self):
-        check_fields(self, "search.")  # the Ranges declared above
-        if self.unselected not in ("all", "none"):
-            raise ValueError(f"search.unselected must be 'all' or 'none', got "
-                             f"{self.unselected!r}")
-        if self.drop_solved:  # may be empty: no pool drops solved questions
-            check_variants(self.drop_solved, SEARCH_REWARDS.names(), "search.drop_solved")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,9 +137,7 @@ class Config:
 
 
 def search_task(cfg: Config, **fields) -> SearchTask:
-    s = cfg.search
-    return SearchTask(seed=cfg.task.seed, facts=cfg.facts, top_k=s.top_k,
-                      max_select=s.max_select, lazy=s.lazy, **fields)
+    return cfg.search.task(cfg.task.seed, cfg.facts, **fields)
 
 
 def variant_name(reward: str, size: int) -> str:
@@ -217,20 +174,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     naive = study.cached(opts.out_dir / "naive_rag.json", lambda: {
         "train": probe.naive_accuracy(train_ids).tolist(),
         "test": probe.naive_accuracy([ex.meta[0] for ex in study.held_out]).tolist()})
-    # RL pools from the front of the training questions, the SFT questions from the back
-    sft_ids = train_ids[-cfg.search.sft_questions:]
-    candidates = train_ids[: len(train_ids) - cfg.search.sft_questions]
-    solved = dict(zip(train_ids, naive["train"], strict=True))
-    unsolved = [q for q in candidates if solved[q] == 0]
-    largest = max(cfg.variants.sizes)
-    if len(unsolved) < largest:
-        raise ConfigError(f"config field 'variants.sizes': the largest pool ({largest}) needs "
-                          f"more than the {len(unsolved)} training questions outside "
-                          f"search.sft_questions that naive RAG does not answer; make "
-                          f"facts.n_people larger or search.sft_questions smaller")
-
-    def pool(kind: str, size: int) -> tuple[int, ...]:
-        return tuple((unsolved if kind in cfg.search.drop_solved else candidates)[:size])
+    pools = QuestionPools(train_ids, naive["train"], cfg.search, max(cfg.variants.sizes))
+    sft_ids, unsolved = pools.sft, pools.unsolved
 
     sft_task = search_task(cfg, pool=tuple(sft_ids))
     naive_rag = float(np.mean(naive["test"]))
@@ -262,14 +207,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         demos = expert_episodes(sft_agent.runner, sft_task.examples("train", 0, cfg.demos),
                                 executor=tools_pool)
         sft_agent.episode_reward(demos)  # the demonstrations' generator accuracy
-        trainer = EpisodeSFT(study.sft_trainer(sft_task), sft_agent.runner, demos,
-                             seed=study.start_seed)
-        init = trainer.init_state(study.lm.init_params(study.start_seed),
-                                  kit.lm_keys(study.start_seed).sft)
-        ckpt = study.checkpoint_dir("sft")
-        with study.log(study.run_dir("sft"), [(ckpt, 0)]) as logger:
-            sft_params = study.fit(trainer, init, stage="sft", num_steps=cfg.sft.steps,
-                                   checkpoint_dir=ckpt, logger=logger).params
+        sft_params = study.episode_sft(sft_agent.runner, demos, name="sft",
+                                       task=sft_task)[0].params
         sft_eval = study.cached(study.run_dir("sft") / "eval.json", lambda: {
             **evaluate(sft_agent, sft_params),
             **{f"demo_{k}": v for k, v in episode_metrics(demos).items()
@@ -279,7 +218,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         # 3. GRPO per reward x pool size x seed
         def train(variant: str, seed: int, _) -> dict:
             kind, size = variant.rsplit("_n", 1)
-            run_task = search_task(cfg, pool=pool(kind, int(size)))
+            run_task = search_task(cfg, pool=pools.pool(kind, int(size)))
             agent = agent_for(run_task, sft_params, kind)
             t0 = time.perf_counter()
             try:
@@ -343,8 +282,7 @@ def _claims(cfg: Config, stats: dict, naive_rag: float, sft: float) -> dict:
         data_eff = all(acc["gbr"][small] >= acc[b][large] for b in baselines)
         out["gbr_small_vs_baselines_large"] = {
             b: acc["gbr"][small] - acc[b][large] for b in baselines}
-        out["verdict"] = ("reproduced" if beats_start and data_eff and baselines else
-                          "partly reproduced" if beats_start else "not reproduced")
+        out["verdict"] = verdict(beats_start and data_eff and bool(baselines), beats_start)
     if "gbr" in rewards and "gbr_acc" in rewards:
         out["gbr_vs_gbr_acc_small"] = acc["gbr"][small] - acc["gbr_acc"][small]
     return out

@@ -42,11 +42,9 @@ import numpy as np
 
 from jaxrl_suite.algorithms import w2s
 from jaxrl_suite.algorithms.ppo import seed_keys
-from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.core.checkpoint import load_tree, save_tree
 from jaxrl_suite.core.config import (
     Count,
-    NonNegative,
-    Probability,
     Seed,
     check_fields,
     to_dict,
@@ -54,7 +52,7 @@ from jaxrl_suite.core.config import (
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import WandbConfig
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats
+from jaxrl_suite.core.study import Study, check_seeds, check_variants, seed_stats, verdict
 from jaxrl_suite.envs.text import load_tokenizer, make_task
 from jaxrl_suite.losses.w2s import performance_gap_recovered
 from jaxrl_suite_experiments import CONFIGS
@@ -64,30 +62,6 @@ TASKS = ("screening", "dialects")
 STUDENTS = {"naive": "xent", "aux": "logconf"}  # student -> W2S_LOSSES name
 PAPER_CLAIM = ("naive fine-tuning on weak labels recovers part of the gap (PGR > 0); the "
                "auxiliary confidence loss recovers much more")
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    seq_len: Count = 120  # tokens per row (bytes of text + suffix, left-padded)
-    n_a: Count = 512  # half A: the weak model's labelled training rows
-    n_b: Count = 1024  # half B: weak-labelled for the students (true labels: the ceiling)
-    n_corpus: Count = 4000  # unlabelled texts of the strong model's pretraining
-    n_test: Count = 512  # test-split rows every accuracy is measured on
-
-    def __post_init__(self):
-        check_fields(self, "data.")  # the Ranges declared above (screening / dialects sections)
-
-
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-    aux_coef: Probability = 0.5  # logconf: final weight of the student's hardened predictions
-    warmup_frac: NonNegative = 0.1  # logconf: share of training over which the weight ramps up
-    ramp: str = "authors"  # "authors" (their code: a jump at warmup_frac) or "linear"
-
-    def __post_init__(self):
-        check_fields(self, "loss.")  # the Ranges declared above
-        if self.ramp not in ("authors", "linear"):
-            raise ValueError(f"loss.ramp must be 'authors' or 'linear', got {self.ramp!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,63 +80,18 @@ class RunConfig:
         if not self.pairs or len(set(self.pairs)) != len(self.pairs):
             raise ValueError(f"run.pairs must be distinct and non-empty, got {list(self.pairs)}")
         for pair in self.pairs:
-            parts = pair.split(":")
-            try:
-                if len(parts) != 2:
-                    raise ValueError(pair)
-                for p in parts:
-                    w2s.parse_size(p, 8)
-            except ValueError:
-                raise ValueError(f"run.pairs: {pair!r} is not 'WEAK:STRONG' with sizes "
-                                 "'LAYERSxWIDTH' (e.g. '1x32:2x64')") from None
+            w2s.parse_pair(pair)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    screening: DataConfig = DataConfig()
-    dialects: DataConfig = DataConfig(seq_len=40, n_a=256)
+    screening: w2s.DataConfig = w2s.DataConfig()
+    dialects: w2s.DataConfig = w2s.DataConfig(seq_len=40, n_a=256)
     pretrain: w2s.PretrainConfig = w2s.PretrainConfig(steps=1000)
     weak: w2s.TrainConfig = w2s.TrainConfig()  # the weak model, from scratch on half A
     strong: w2s.TrainConfig = w2s.TrainConfig(steps=150, lr=5e-4, warmup=15)  # the rest
-    loss: LossConfig = LossConfig()
+    loss: w2s.LossConfig = w2s.LossConfig()
     run: RunConfig = RunConfig()
-
-
-def _pair(pair: str) -> tuple[str, str]:
-    weak, strong = pair.split(":")
-    return weak, strong
-
-
-def _log(study: Study, unit: str, stages: dict[str, dict], every: int) -> None:
-    """runs/UNIT/metrics.jsonl: per stage, every `every` steps the mean over seeds of the
-    training metrics ([S, steps] each)."""
-    logger = study.unit_log(unit)
-    step = 0
-    for stage, metrics in stages.items():
-        m = {k: np.asarray(v, np.float64) for k, v in metrics.items()}
-        n = next(iter(m.values())).shape[-1]
-        for i in range(every - 1, n, every):
-            step += 1
-            logger.log({"step": step, "stage": stage, "train_step": i + 1,
-                        **{k: float(v[..., i].mean()) for k, v in m.items()}})
-    logger.close()
-
-
-def _save_params(directory, params) -> None:
-    """The params as one orbax checkpoint (step 0) under `directory` (`core.checkpoint`)."""
-    ckpt = Checkpointer(directory, keep=1)
-    ckpt.save(0, params, force=True)
-    ckpt.close()
-
-
-def _load_params(directory, template):
-    """The params `_save_params` wrote, in the structure of `template`; a missing checkpoint is
-    a one-line `CheckpointNotFoundError`."""
-    ckpt = Checkpointer(directory, keep=1)
-    try:
-        return ckpt.restore(template)[0]
-    finally:
-        ckpt.close()
 
 
 def _claims(pgr: dict[str, dict[str, dict[str, list[float]]]]) -> dict:
@@ -179,23 +108,21 @@ def _claims(pgr: dict[str, dict[str, dict[str, list[float]]]]) -> dict:
                  "aux_above_naive": aux > naive}
             per[task][pair] = c
             holds += [c["naive_pgr_positive"], c["aux_above_naive"]]
-    verdict = ("reproduced" if holds and all(holds) else
-               "partly reproduced" if any(holds) else "not reproduced")
     return {"paper": PAPER_CLAIM, "per_pair": per,
             "naive_pgr_positive": all(c["naive_pgr_positive"] for t in per.values()
                                       for c in t.values()),
             "aux_above_naive": all(c["aux_above_naive"] for t in per.values()
                                    for c in t.values()),
-            "verdict": verdict}
+            "verdict": verdict(bool(holds) and all(holds), any(holds))}
 
 
 def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
               ) -> tuple[dict, dict]:
     """One task's units (weak, pretrain, ceiling, pairs): (its summary, its per-seed PGRs)."""
     rc = cfg.run
-    weak_sizes = list(dict.fromkeys(_pair(p)[0] for p in rc.pairs))
-    strong_sizes = list(dict.fromkeys(_pair(p)[1] for p in rc.pairs))
-    dc: DataConfig = getattr(cfg, task_name)
+    weak_sizes = list(dict.fromkeys(w2s.parse_pair(p)[0] for p in rc.pairs))
+    strong_sizes = list(dict.fromkeys(w2s.parse_pair(p)[1] for p in rc.pairs))
+    dc: w2s.DataConfig = getattr(cfg, task_name)
     t_data = time.perf_counter()
     data = w2s.make_data(make_task(task_name), tok, dc.seq_len, n_corpus=dc.n_corpus,
                          n_a=dc.n_a, n_b=dc.n_b, n_test=dc.n_test)
@@ -239,7 +166,7 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
         labels = jax.jit(jax.vmap(lambda p: w2s.weak_labels(lm(size), p, B, ids)))(params)
         study.checkpoint_dir(unit).mkdir(parents=True, exist_ok=True)
         np.save(study.checkpoint_dir(unit) / "weak_labels.npy", np.asarray(labels))
-        _log(study, unit, {"weak": m}, rc.log_every)
+        study.log_seed_means(unit, {"weak": m}, rc.log_every)
         return {"accuracy": test_acc(size, params),
                 "half_b_label_accuracy": w2s.accuracy(labels, B.labels).tolist(),
                 "final_loss": np.asarray(m["loss"])[:, -1].tolist(),
@@ -251,8 +178,8 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
         pre = w2s.make_pretrain(cfg.pretrain, lm(size))
         params, m = jax.jit(pre)(jax.random.key(10_000 + rc.seeds[0]), data.corpus.tokens,
                                  data.corpus.mask)
-        _save_params(study.checkpoint_dir(unit), params)
-        _log(study, unit, {"pretrain": {k: v[None] for k, v in m.items()}}, rc.log_every)
+        save_tree(study.checkpoint_dir(unit), params)
+        study.log_seed_means(unit, {"pretrain": {k: v[None] for k, v in m.items()}}, rc.log_every)
         loss = np.asarray(m["loss"])
         k = max(1, len(loss) // 10)
         return {"nll_start": float(loss[:k].mean()), "nll_end": float(loss[-k:].mean()),
@@ -261,7 +188,7 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
     def ceiling_unit(unit):
         size = unit.rsplit("_", 1)[1]
         t = time.perf_counter()
-        pre = _load_params(study.checkpoint_dir(f"{task_name}/pretrain_{size}"),
+        pre = load_tree(study.checkpoint_dir(f"{task_name}/pretrain_{size}"),
                            template(size))
         onehot = per_seed(w2s.one_hot_targets(B.labels))
         params, m = fit(size, cfg.strong, "xent", per_seed(pre), B, onehot)
@@ -271,13 +198,13 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
             params, m = fit(size, cfg.strong, "xent", fresh(size, 20_000), B, onehot)
             result["scratch_accuracy"] = test_acc(size, params)
             stages["scratch"] = m
-        _log(study, unit, stages, rc.log_every)
+        study.log_seed_means(unit, stages, rc.log_every)
         return {**result, "wall_s": time.perf_counter() - t}
 
     def pair_unit(unit):
-        weak, strong = _pair(unit.split("/", 1)[1].replace("_to_", ":"))
+        weak, strong = w2s.parse_pair(unit.split("/", 1)[1].replace("_to_", ":"))
         t = time.perf_counter()
-        pre = _load_params(study.checkpoint_dir(f"{task_name}/pretrain_{strong}"),
+        pre = load_tree(study.checkpoint_dir(f"{task_name}/pretrain_{strong}"),
                            template(strong))
         labels = np.load(study.checkpoint_dir(f"{task_name}/weak_{weak}") /
                          "weak_labels.npy")  # [S, N_B, 2]
@@ -286,7 +213,7 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
             params, m = fit(strong, cfg.strong, loss, per_seed(pre), B, labels)
             result[f"{student}_accuracy"] = test_acc(strong, params)
             stages[student] = m
-        _log(study, unit, stages, rc.log_every)
+        study.log_seed_means(unit, stages, rc.log_every)
         return {**result, "wall_s": time.perf_counter() - t}
 
     weak_r = study.run_units([f"{task_name}/weak_{s}" for s in weak_sizes], weak_unit)
@@ -311,7 +238,7 @@ def _run_task(cfg: Config, study: Study, task_name: str, tok, ids, keys, loss_kw
                 np.mean(r["accuracy"]) - np.mean(r["scratch_accuracy"]))
     task_pgr = {}
     for pair, unit in pair_units.items():
-        weak, strong = _pair(pair)
+        weak, strong = w2s.parse_pair(pair)
         acc = {"weak": weak_r[f"{task_name}/weak_{weak}"]["accuracy"],
                "ceiling": ceil_r[f"{task_name}/ceiling_{strong}"]["accuracy"],
                **{s: pair_r[unit][f"{s}_accuracy"] for s in STUDENTS}}
@@ -333,8 +260,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     tok = load_tokenizer()
     ids = w2s.label_token_ids(tok)
     keys = seed_keys(rc.seeds)
-    loss_kw = {"logconf": dict(aux_coef=cfg.loss.aux_coef, warmup_frac=cfg.loss.warmup_frac,
-                               ramp=cfg.loss.ramp)}
+    loss_kw = {"logconf": dataclasses.asdict(cfg.loss)}  # aux_coef, warmup_frac, ramp
     out: dict[str, dict] = {}
     pgrs: dict[str, dict] = {}
     for task_name in rc.tasks:
@@ -367,9 +293,6 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 
 EXPERIMENT = Experiment(
-    name=NAME,
-    config=CONFIGS / f"{NAME}.yaml",
-    config_cls=Config,
-    run=run,
+    name=NAME, config_cls=Config, run=run, config=CONFIGS / f"{NAME}.yaml",
     description="weak-to-strong: PGR of naive and confidence-loss students over size pairs",
 )

@@ -26,9 +26,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ExItConfig", "ExItTrainState", "ExItTrainer", "MultiTurnTrainer", "evaluate_iterations"
     ),
     "gencls": (
-        "DECODINGS", "DEFINITIONS", "ICL_MODES", "UNCERTAIN", "GenclsMeta", "StrategyConfig",
-        "StrategyTask", "bag_of_words", "classification_view", "evaluate_strategy", "label_texts",
-        "needed_lengths", "ppl_scores"
+        "DECODINGS", "DEFINITIONS", "ICL_MODES", "STRATEGIES", "UNCERTAIN", "GenclsMeta",
+        "StrategiesConfig", "StrategyConfig", "StrategyTask", "bag_of_words",
+        "classification_view", "evaluate_strategy", "label_texts", "needed_lengths", "ppl_scores"
     ),
     "grpo": (
         "GRPOBatch", "GRPOConfig", "GRPOTrainState", "GRPOTrainer", "LMTrainer", "SFTConfig",
@@ -45,8 +45,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "loop": ("fit", "fit_resumable"),
     "offline_data": (
         "DATASETS", "OfflineDataConfig", "PreferenceData", "Transitions", "build_datasets",
-        "complete_episode_returns", "dataset_scores", "pick_expert_and_medium", "preference_data",
-        "train_snapshots", "transitions"
+        "complete_episode_returns", "dataset_scores", "load_or_build_datasets",
+        "pick_expert_and_medium", "preference_data", "train_snapshots", "transitions"
     ),
     "oppo": (
         "OPPO", "OPPOConfig", "OPPOState", "context_diagnostics", "segment_embeddings",
@@ -68,13 +68,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "dataset_tokens", "evaluate_seeds", "fit_seeds", "make_tokens", "popgym_task",
         "tmaze_task", "token_dim"
     ),
-    "s3": ("SearchReward",),
+    "s3": ("GeneratorConfig", "QuestionPools", "SearchConfig", "SearchReward"),
     "value": ("ValueBatch", "ValueConfig", "ValueTrainer", "value_mse_loss"),
     "w2s": (
-        "BINARY_VIEWS", "LABEL_TEXTS", "SUFFIX", "PretrainConfig", "Split", "TrainConfig",
-        "W2SData", "accuracy", "classifier_logits", "encode_split", "init_params",
-        "label_token_ids", "lm_nll", "make_data", "make_pretrain", "one_hot_targets", "parse_size",
-        "predict_proba", "weak_labels"
+        "BINARY_VIEWS", "LABEL_TEXTS", "SUFFIX", "DataConfig", "LossConfig", "PretrainConfig",
+        "Split", "TrainConfig", "W2SData", "accuracy", "classifier_logits", "encode_split",
+        "init_params", "label_token_ids", "lm_nll", "make_data", "make_pretrain",
+        "one_hot_targets", "parse_pair", "parse_size", "predict_proba", "weak_labels"
     ),
 }
 __all__, _MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

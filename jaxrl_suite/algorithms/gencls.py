@@ -48,6 +48,7 @@ from typing import ClassVar, NamedTuple
 import jax
 import numpy as np
 
+from jaxrl_suite.core.config import Count, check_fields
 from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
@@ -55,6 +56,7 @@ from jaxrl_suite.core.parallel import (
     process_rows,
     shard_batch,
 )
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text.base import SPLITS, Example, Task, Verdicts
 from jaxrl_suite.envs.text.tfds_tasks import ClassificationTask
 from jaxrl_suite.envs.text.topics import ClassView
@@ -119,6 +121,54 @@ class StrategyConfig:
         """The strategy a model is trained under: decoding is inference-only, so a "ppl"
         strategy trains exactly as its "free" twin."""
         return dataclasses.replace(self, decoding="free", ppl_norm="mean")
+
+
+# strategy name -> its switches (StrategyConfig fields; the shared ones come from `strategies`)
+STRATEGIES: dict[str, dict] = {
+    "base": {},
+    "icl_random": {"icl": "random"},
+    "icl_nearest": {"icl": "nearest"},
+    "definitions": {"definitions": True},
+    "uncertain": {"uncertain": True},
+    "numeric": {"numeric": True},
+    "ppl": {"decoding": "ppl"},
+    "reasoning": {"reasoning": True},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategiesConfig:
+    """The strategies a study runs (`names`, entries of STRATEGIES) and the switches they
+    share (the experiment's `strategies` config section)."""
+
+    names: tuple[str, ...] = tuple(STRATEGIES)  # which strategies to run (STRATEGIES)
+    shots: Count = 2  # in-context examples per prompt (icl_random, icl_nearest)
+    pool_size: Count = 256  # their pool: the task's first train examples
+    ppl_norm: str = "mean"  # ppl decoding: "mean" log-prob per token (perplexity) or "sum"
+    max_text_chars: Count | None = None  # cut each text to this many characters (e.g. ag_news)
+
+    def __post_init__(self):
+        check_fields(self, "strategies.")  # the Ranges declared above
+        check_variants(self.names, STRATEGIES, "strategies.names")
+        for name in self.names:
+            self.strategy(name)  # one-line errors for bad shared fields
+            if name != self.twin(name) and self.twin(name) not in self.names[
+                    : self.names.index(name)]:
+                raise ValueError(f"strategies.names: {name!r} evaluates the models of "
+                                 f"{self.twin(name)!r}, which must be listed before it")
+
+    def strategy(self, name: str) -> StrategyConfig:
+        """The `StrategyConfig` of strategy `name`."""
+        return StrategyConfig(shots=self.shots, pool_size=self.pool_size,
+                              ppl_norm=self.ppl_norm, max_text_chars=self.max_text_chars,
+                              **STRATEGIES[name])
+
+    def twin(self, name: str) -> str:
+        """The strategy whose models `name` evaluates: itself, or for a decoding-only strategy
+        ("ppl") the strategy that trains the same way (STRATEGIES' first with that training)."""
+        training = self.strategy(name).training
+        return next(v for v in STRATEGIES if self.strategy(v).decoding == "free"
+                    and self.strategy(v).training == training)
 
 
 class GenclsMeta(NamedTuple):
@@ -429,6 +479,7 @@ def needed_lengths(task: StrategyTask, tokenizer, *, n: int = 512) -> tuple[int,
     return prompt, completion + 1
 
 
-__all__ = ["DECODINGS", "DEFINITIONS", "ICL_MODES", "UNCERTAIN", "GenclsMeta", "StrategyConfig",
-           "StrategyTask", "bag_of_words", "classification_view", "evaluate_strategy",
-           "label_texts", "needed_lengths", "ppl_scores"]
+__all__ = ["DECODINGS", "DEFINITIONS", "ICL_MODES", "STRATEGIES", "UNCERTAIN", "GenclsMeta",
+           "StrategiesConfig", "StrategyConfig", "StrategyTask", "bag_of_words",
+           "classification_view", "evaluate_strategy", "label_texts", "needed_lengths",
+           "ppl_scores"]

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_suite.algorithms.agent import EpisodeSFT
 from jaxrl_suite.algorithms.grpo import (
     VALIDATION_START,
     GRPOConfig,
@@ -580,6 +581,20 @@ class LMStudy(Study):
         with self.log(log_dir, [(ckpt, 0)]) as logger:
             return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task,
                             params=params)
+
+    def episode_sft(self, runner, demos, *, name: str, task: Task | None = None):
+        """One SFT checkpoint on expert episodes (`algorithms.agent.EpisodeSFT` over `runner`'s
+        turn layout) from the study's fresh model at its first seed, sft.steps steps,
+        checkpointed under checkpoints/NAME and logged to runs/NAME/metrics.jsonl (resumable).
+        Returns (the final state, the trainer, to continue it with `sft_control`)."""
+        trainer = EpisodeSFT(self.sft_trainer(task), runner, demos, seed=self.start_seed)
+        init = trainer.init_state(self.lm.init_params(self.start_seed),
+                                  lm_keys(self.start_seed).sft)
+        ckpt = self.checkpoint_dir(name)
+        with self.log(self.run_dir(name), [(ckpt, 0)]) as logger:
+            state = self.fit(trainer, init, stage="sft", num_steps=self.cfg.sft.steps,
+                             checkpoint_dir=ckpt, logger=logger)
+        return state, trainer
 
     def fit_run(self, trainer, init, variant: str, seed: int, *, num_steps: int,
                 postfix: Sequence[str] = ("reward",), stage: str = "grpo"):

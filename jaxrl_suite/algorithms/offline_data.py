@@ -22,7 +22,9 @@ dataset as the device pytrees `Transitions` (`transitions(env, data)`) and `Pref
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import flax.struct
@@ -31,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.ppo import PPO, PPOConfig
-from jaxrl_suite.core.config import Count, Probability, Range, check_fields
+from jaxrl_suite.core.config import Count, Probability, Range, check_fields, to_dict
+from jaxrl_suite.core.metrics import write_json
 from jaxrl_suite.envs.offline import (
     check_dataset,
     check_preferences,
@@ -196,6 +199,35 @@ def build_datasets(config: OfflineDataConfig, key: jax.Array) -> tuple[dict, dic
     return datasets, info
 
 
+def load_or_build_datasets(config: OfflineDataConfig, data_dir: str | Path, *, seed: int,
+                           resume: bool) -> tuple[dict, dict, bool]:
+    """`build_datasets` with key PRNGKey(seed), saved under `data_dir` (each dataset as
+    NAME.npz with D4RL's field names, the normalisers and the config in info.json); with
+    `resume`, the datasets saved there are read back instead, after checking they were built
+    from the same config and seed (a one-line ValueError if not). Returns (datasets, info,
+    whether they were read back)."""
+    data_dir = Path(data_dir)
+    info_path = data_dir / "info.json"
+    if resume and info_path.is_file():
+        info = json.loads(info_path.read_text())
+        if info.get("data_config") != to_dict(config) or info.get("data_seed") != seed:
+            raise ValueError(f"--resume: {info_path} was built with another data config or "
+                             "run.data_seed; resume with the same config or start afresh")
+        datasets = {}
+        for name in DATASETS:
+            with np.load(data_dir / f"{name}.npz") as f:
+                datasets[name] = {k: f[k] for k in f.files}
+        return datasets, info, True
+    datasets, info = build_datasets(config, jax.random.PRNGKey(seed))
+    info = {**info, "data_config": to_dict(config), "data_seed": seed}
+    if jax.process_index() == 0:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name, d in datasets.items():
+            np.savez_compressed(data_dir / f"{name}.npz", **d)
+        write_json(info_path, info)
+    return datasets, info, False
+
+
 def dataset_scores(data, info, stream_length: int) -> np.ndarray:
     """D4RL-normalised score of every episode of `data` that ran to its natural end."""
     r = complete_episode_returns(data, stream_length)
@@ -210,6 +242,7 @@ __all__ = [
     "build_datasets",
     "complete_episode_returns",
     "dataset_scores",
+    "load_or_build_datasets",
     "pick_expert_and_medium",
     "preference_data",
     "train_snapshots",

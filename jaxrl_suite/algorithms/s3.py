@@ -22,15 +22,21 @@ the training questions naive RAG already answers, as the authors do.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 
 from jaxrl_suite.algorithms.agent import Episode, episode_segments
-from jaxrl_suite.algorithms.grpo import LMTrainer
+from jaxrl_suite.algorithms.grpo import LMTrainer, SFTConfig
+from jaxrl_suite.core.config import ConfigError, Count, Probability, Range, check_fields
+from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text.base import Example
+from jaxrl_suite.envs.text.facts import FactWorld
 from jaxrl_suite.envs.text.search import SearchTask, reader_prompt
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
+from jaxrl_suite.models.hf import ModelConfig
 from jaxrl_suite.rewards.gbr import (
     SEARCH_REWARDS,
     Selection,
@@ -127,4 +133,76 @@ class SearchReward:
                              "selected": float(sel.selected), "queries": float(sel.queries)}
 
 
-__all__ = ["SearchReward"]
+@dataclasses.dataclass(frozen=True)
+class GeneratorConfig:
+    """The frozen generator (reader) an s3 searcher is trained for: its model, SFT and sizes."""
+
+    model: ModelConfig = ModelConfig(vocab_size=1024, d_model=128, n_layers=4,
+                                             n_heads=4, n_kv_heads=4, d_ff=512, max_len=208)
+    sft: SFTConfig = SFTConfig(steps=1500, batch_size=32, lr=2e-3)
+    tokenizer: str = "bpe:1024"  # its own (it only ever reads text), like run.tokenizer
+    prompt_len: Count = 200  # documents + question
+    max_new_tokens: Count = 8  # the answer
+    max_docs: Count = 8  # documents in its context (training contexts hold 2..max_docs)
+    batch_size: Count = 64  # rows of one generator call
+
+    def __post_init__(self):
+        check_fields(self, "generator.")  # the Ranges declared above
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """The searcher's task options and its training questions' split (SFT vs RL pools)."""
+
+    # documents per <information> block (1..9: one-digit document numbers)
+    top_k: Annotated[int, Range(ge=1, le=9)] = 8
+    max_select: Count = 3  # documents one <important_info> may select (<= top_k)
+    lazy: Probability = 0.3  # the SFT expert's chance to stop at once with the naive documents
+    unselected: str = "all"  # a block no turn selects from: "all" its documents (authors), "none"
+    # the rewards whose RL pools drop the training questions naive RAG already answers (the
+    # authors' s3 recipe); the other rewards' pools are the training questions as they come
+    drop_solved: tuple[str, ...] = ("gbr", "gbr_acc")
+    sft_questions: Count = 512  # the last training questions: the SFT demonstrations' (no pool's)
+
+    def __post_init__(self):
+        check_fields(self, "search.")  # the Ranges declared above
+        if self.unselected not in ("all", "none"):
+            raise ValueError(f"search.unselected must be 'all' or 'none', got "
+                             f"{self.unselected!r}")
+        if self.drop_solved:  # may be empty: no pool drops solved questions
+            check_variants(self.drop_solved, SEARCH_REWARDS.names(), "search.drop_solved")
+
+    def task(self, seed: int, facts: FactWorld, **fields) -> SearchTask:
+        """The searcher's `SearchTask` over the fact world `facts` with these options."""
+        return SearchTask(seed=seed, facts=facts, top_k=self.top_k, max_select=self.max_select,
+                          lazy=self.lazy, **fields)
+
+
+class QuestionPools:
+    """The training questions of an s3 study, split as the authors do: the last
+    search.sft_questions are the SFT demonstrations' (`sft`), the rest are RL candidates; a
+    reward in search.drop_solved draws its pool from the candidates naive RAG does not answer
+    (`unsolved`), the others from the candidates as they come. `solved[i]`: naive RAG's
+    accuracy on `train_ids[i]`. The largest pool must fit (a one-line ConfigError if not)."""
+
+    def __init__(self, train_ids: Sequence[int], solved: Sequence[float],
+                 search: SearchConfig, largest: int):
+        self.search = search
+        self.sft = list(train_ids[-search.sft_questions:])
+        self.candidates = list(train_ids[: len(train_ids) - search.sft_questions])
+        by_id = dict(zip(train_ids, solved, strict=True))
+        self.unsolved = [q for q in self.candidates if by_id[q] == 0]
+        if len(self.unsolved) < largest:
+            raise ConfigError(
+                f"config field 'variants.sizes': the largest pool ({largest}) needs more than "
+                f"the {len(self.unsolved)} training questions outside search.sft_questions that "
+                "naive RAG does not answer; make facts.n_people larger or search.sft_questions "
+                "smaller")
+
+    def pool(self, reward: str, size: int) -> tuple[int, ...]:
+        """The first `size` questions of `reward`'s pool."""
+        return tuple((self.unsolved if reward in self.search.drop_solved
+                      else self.candidates)[:size])
+
+
+__all__ = ["GeneratorConfig", "QuestionPools", "SearchConfig", "SearchReward"]

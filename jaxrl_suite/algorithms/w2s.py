@@ -39,7 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
+from jaxrl_suite.core.config import (
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Probability,
+    check_fields,
+)
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.core.train import apply_gradients, init_param_state, make_optimizer
 from jaxrl_suite.envs.text.base import Example, Task
@@ -98,6 +105,30 @@ class TrainConfig:
     def __post_init__(self):
         check_fields(self, "train.")  # the Ranges declared above (the weak / strong sections)
         _check_warmup(self, "train")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    seq_len: Count = 120  # tokens per row (bytes of text + suffix, left-padded)
+    n_a: Count = 512  # half A: the weak model's labelled training rows
+    n_b: Count = 1024  # half B: weak-labelled for the students (true labels: the ceiling)
+    n_corpus: Count = 4000  # unlabelled texts of the strong model's pretraining
+    n_test: Count = 512  # test-split rows every accuracy is measured on
+
+    def __post_init__(self):
+        check_fields(self, "data.")  # the Ranges declared above (a task's data section)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    aux_coef: Probability = 0.5  # logconf: final weight of the student's hardened predictions
+    warmup_frac: NonNegative = 0.1  # logconf: share of training over which the weight ramps up
+    ramp: str = "authors"  # "authors" (their code: a jump at warmup_frac) or "linear"
+
+    def __post_init__(self):
+        check_fields(self, "loss.")  # the Ranges declared above
+        if self.ramp not in ("authors", "linear"):
+            raise ValueError(f"loss.ramp must be 'authors' or 'linear', got {self.ramp!r}")
 
 
 def _check_warmup(cfg, prefix: str) -> None:
@@ -304,6 +335,21 @@ def weak_labels(lm: LMConfig, weak_params, half_b: Split, label_ids: tuple[int, 
                          label_ids, batch_size)
 
 
+def parse_pair(pair: str) -> tuple[str, str]:
+    """"WEAK:STRONG" (two `parse_size` sizes, e.g. "1x32:2x64") -> (weak, strong); a malformed
+    pair is a one-line ValueError naming run.pairs."""
+    parts = pair.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError(pair)
+        for p in parts:
+            parse_size(p, 8)
+    except ValueError:
+        raise ValueError(f"run.pairs: {pair!r} is not 'WEAK:STRONG' with sizes 'LAYERSxWIDTH' "
+                         "(e.g. '1x32:2x64')") from None
+    return parts[0], parts[1]
+
+
 def parse_size(size: str, max_len: int) -> LMConfig:
     """"LxD" (layers x width, e.g. "2x64") -> an LMConfig with head width 16 (D // 16 heads,
     at least 2), d_ff = 4 D and max_len."""
@@ -324,6 +370,8 @@ __all__ = [
     "BINARY_VIEWS",
     "LABEL_TEXTS",
     "SUFFIX",
+    "DataConfig",
+    "LossConfig",
     "PretrainConfig",
     "Split",
     "TrainConfig",
@@ -338,6 +386,7 @@ __all__ = [
     "make_pretrain",
     "make_train",
     "one_hot_targets",
+    "parse_pair",
     "parse_size",
     "predict_proba",
     "weak_labels",

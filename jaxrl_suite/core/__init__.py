@@ -9,7 +9,8 @@ from jaxrl_suite.core.exports import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "checkpoint": (
-        "CheckpointNotFoundError", "Checkpointer", "CorruptCheckpointError", "verify_tree"
+        "CheckpointNotFoundError", "Checkpointer", "CorruptCheckpointError", "load_tree",
+        "save_tree", "verify_tree"
     ),
     "config": (
         "ConfigError", "Count", "MISSING", "NonNegative", "NonNegativeInt", "Positive",
@@ -33,7 +34,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "rundir": ("earlier_run", "log_resume_changes", "move_aside", "resume_changes"),
     "signals": ("Terminated", "sigterm_received", "stop_on_sigterm"),
     "study": (
-        "Study", "check_seeds", "check_variants", "format_numbers", "open_run_log", "seed_stats"
+        "Study", "check_seeds", "check_variants", "compare_seeds", "format_numbers",
+        "open_run_log", "seed_stats", "verdict"
     ),
     "train": (
         "NonFiniteError", "ParamState", "TrainAndAgent", "TrainState", "apply_gradients",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,26 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def save_tree(directory: str | Path, tree: Any, meta: dict | None = None) -> None:
+    """`tree` (params, a finished state) as the one checkpoint (step 0) under `directory`,
+    replacing any there (e.g. one a unit killed after its save, before its result, left): the
+    product of a finished unit of work, not a run to resume."""
+    if Path(directory).exists() and jax.process_index() == 0:
+        shutil.rmtree(directory)
+    ckpt = Checkpointer(directory, keep=1)
+    try:
+        ckpt.save(0, tree, meta, force=True)
+    finally:
+        ckpt.close()
+
+
+def load_tree(directory: str | Path, template: Any) -> Any:
+    """The tree `save_tree` wrote under `directory`, in the structure of `template`; a missing
+    checkpoint is a one-line `CheckpointNotFoundError`."""
+    ckpt = Checkpointer(directory, keep=1)
+    try:
+        return ckpt.restore(template)[0]
+    finally:
+        ckpt.close()

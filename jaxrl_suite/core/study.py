@@ -101,6 +101,17 @@ def compare_seeds(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     return out
 
 
+REPRODUCED, PARTLY, NOT_REPRODUCED = "reproduced", "partly reproduced", "not reproduced"
+
+
+def verdict(holds: bool, partly: bool = False, *, partly_label: str = PARTLY) -> str:
+    """The verdict ladder of a paper's claim: "reproduced" when the claim `holds` at our scale,
+    `partly_label` ("partly reproduced") when only a weaker form of it does (`partly`: e.g. some
+    of its splits, or the mean but not every seed), else "not reproduced". The experiments'
+    claims compute `holds` and `partly` from their numbers and say what each means."""
+    return REPRODUCED if holds else partly_label if partly else NOT_REPRODUCED
+
+
 def open_run_log(log_dir, stages: Sequence[tuple], *, resume: bool,
                  tensorboard: bool = False, wandb: WandbOptions | None = None) -> MetricsLogger:
     """The metrics log (`log_dir/metrics.jsonl`) of a run made of resumable stages.
@@ -246,6 +257,21 @@ class Study:
                             resume=self.opts.resume, tensorboard=self.opts.tensorboard,
                             wandb=self.opts.wandb)
 
+    def log_seed_means(self, unit: str, stages: Mapping[str, Mapping], every: int) -> None:
+        """runs/UNIT/metrics.jsonl of a unit whose seeds trained together (vmapped): per stage
+        in order, every `every` training steps, the mean over seeds of each metric (`stages`:
+        {stage: {metric: [S, steps]}}), one record per step with `stage` and `train_step`."""
+        logger = self.unit_log(unit)
+        step = 0
+        for stage, metrics in stages.items():
+            m = {k: np.asarray(v, np.float64) for k, v in metrics.items()}
+            n = next(iter(m.values())).shape[-1]
+            for i in range(every - 1, n, every):
+                step += 1
+                logger.log({"step": step, "stage": stage, "train_step": i + 1,
+                            **{k: float(v[..., i].mean()) for k, v in m.items()}})
+        logger.close()
+
     @staticmethod
     def unit_stats(results: Mapping[str, Mapping], keys: Sequence[str]) -> dict[str, dict]:
         """Per unit and key, `seed_stats` of the unit's per-seed values (keys it lacks are
@@ -295,6 +321,8 @@ class Study:
         """`compare_seeds` of variants `a` and `b` in `stats` (`aggregate`'s) on `key`."""
         return compare_seeds(stats[a][key]["per_seed"], stats[b][key]["per_seed"])
 
+    verdict = staticmethod(verdict)
+
     @staticmethod
     def best(stats: Mapping[str, Mapping], keys: Sequence[str]) -> dict[str, list[str]]:
         """Per key, every variant that ties for the highest mean."""
@@ -321,7 +349,7 @@ class Study:
     def plot_means(self, x, stats: Mapping[str, Mapping], key: str, path: Path, *,
                    reference: tuple[str, Sequence[float]] | None = None,
                    vline: float | None = None, xlabel: str = "", ylabel: str = "",
-                   xscale: str = "linear", title: str = "") -> None:
+                   xscale: str = "linear", yscale: str = "linear", title: str = "") -> None:
         """Mean ± std band over seeds of a list-valued result `key` (from `aggregate` or
         `unit_stats`) against `x`, one line per variant; `reference` = (label, values) adds a
         dashed black line (e.g. the shared start or a chance level), `vline` a dotted vertical
@@ -338,6 +366,7 @@ class Study:
         if vline is not None:
             ax.axvline(vline, color="gray", lw=0.8, ls=":")
         ax.set_xscale(xscale)
+        ax.set_yscale(yscale)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel or key)
         ax.set_title(title or f"{self.name}: mean ± std over {len(self.seeds)} seeds")

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxrl_suite.algorithms.gencls import STRATEGIES, StrategiesConfig
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite_experiments.gencls_strategies import VARIANTS, Config, StrategiesConfig, twin
+from jaxrl_suite_experiments.gencls_strategies import Config
 
 SMOKE = ["--smoke", "--no-progress"]
 NAMES = ["base", "ppl", "reasoning"]  # the smoke config's strategies
@@ -27,9 +28,9 @@ def smoke(tmp_path_factory, module_figures):
 
 def test_config_lists_every_strategy_and_twins():
     cfg = load_config(Config, CONFIG)
-    assert list(cfg.strategies.names) == list(VARIANTS)  # the full run has all of them
-    assert twin(cfg.strategies, "ppl") == "base"
-    assert all(twin(cfg.strategies, v) == v for v in VARIANTS if v != "ppl")
+    assert list(cfg.strategies.names) == list(STRATEGIES)  # the full run has all of them
+    assert cfg.strategies.twin("ppl") == "base"
+    assert all(cfg.strategies.twin(v) == v for v in STRATEGIES if v != "ppl")
     assert cfg.strategies.strategy("ppl").training == cfg.strategies.strategy("base")
     with pytest.raises(ValueError, match="'base', which must be listed before it"):
         StrategiesConfig(names=("ppl", "base"))

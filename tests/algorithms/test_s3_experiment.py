@@ -122,3 +122,20 @@ def test_claims_follow_the_numbers():
 def test_config_errors_name_the_field(override, field, tmp_path, capsys):
     assert main(["run", "s3_search", "--set", override, "--out", str(tmp_path)]) == 2
     assert field in capsys.readouterr().err
+
+
+def test_question_pools_split_sft_and_drop_solved_as_the_authors_do():
+    from jaxrl_suite.algorithms.s3 import QuestionPools, SearchConfig
+    from jaxrl_suite.core.config import ConfigError
+
+    ids = [10, 11, 12, 13, 14, 15, 16, 17]
+    solved = [1, 0, 1, 0, 0, 1, 0, 1]
+    search = SearchConfig(sft_questions=3, drop_solved=("gbr",))
+    pools = QuestionPools(ids, solved, search, largest=3)
+    assert pools.sft == [15, 16, 17]  # the last sft_questions
+    assert pools.candidates == [10, 11, 12, 13, 14]
+    assert pools.unsolved == [11, 13, 14]
+    assert pools.pool("gbr", 2) == (11, 13)  # drops what naive RAG answers
+    assert pools.pool("acc", 2) == (10, 11)  # as they come
+    with pytest.raises(ConfigError, match="variants.sizes"):
+        QuestionPools(ids, solved, search, largest=4)

@@ -7,6 +7,8 @@ from jaxrl_suite.core.checkpoint import (
     Checkpointer,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    load_tree,
+    save_tree,
     verify_tree,
 )
 
@@ -25,6 +27,17 @@ def test_save_interval_keep_and_restore(tmp_path):
     restored, meta = ck.restore(state, step=6)
     assert meta["cursor"] == 60
     ck.close()
+
+
+def test_save_tree_replaces_and_load_tree_reads_it(tmp_path):
+    tree = {"w": jnp.arange(4.0), "b": jnp.ones((2, 3))}
+    save_tree(tmp_path / "p", tree)
+    save_tree(tmp_path / "p", jax.tree.map(lambda x: x + 1, tree))  # replaces step 0
+    out = load_tree(tmp_path / "p", tree)
+    np.testing.assert_array_equal(out["w"], np.arange(4.0) + 1)
+    np.testing.assert_array_equal(out["b"], np.full((2, 3), 2.0))
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint found"):
+        load_tree(tmp_path / "none", tree)
 
 
 def test_missing_checkpoint_is_one_line_error(tmp_path):

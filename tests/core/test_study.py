@@ -15,6 +15,7 @@ from jaxrl_suite.core.study import (
     compare_seeds,
     open_run_log,
     seed_stats,
+    verdict,
 )
 
 
@@ -173,6 +174,16 @@ def test_unit_log_drops_what_follows_the_units_checkpoint(tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path / "runs" / "a" / "metrics.jsonl")] == [1, 2]
 
 
+def test_log_seed_means_logs_every_kth_step_of_each_stage(tmp_path):
+    study = _units(tmp_path)
+    # two seeds x 4 steps, then 2 steps
+    study.log_seed_means("u", {"fit": {"loss": [[1.0, 2.0, 3.0, 4.0], [3.0, 4.0, 5.0, 8.0]]},
+                               "more": {"loss": [[10.0, 20.0], [30.0, 40.0]]}}, every=2)
+    records = read_metrics(tmp_path / "runs" / "u" / "metrics.jsonl")
+    assert [(r["step"], r["stage"], r["train_step"], r["loss"]) for r in records] == [
+        (1, "fit", 2, 3.0), (2, "fit", 4, 6.0), (3, "more", 2, 30.0)]
+
+
 def test_plot_bars_and_curves_show_the_data(tmp_path):
     study = _units(tmp_path)
     groups = {"g1": {"a": [1.0, 3.0], "b": [2.0, 2.0]}, "g2": {"a": [0.0, 4.0], "b": [5.0, 7.0]}}
@@ -232,3 +243,11 @@ def test_compare_seeds_is_welchs_test_and_the_per_seed_differences():
     assert "seeds_better" not in compare_seeds(a, b[:3])
     stats = {"x": {"k": seed_stats(a)}, "y": {"k": seed_stats(b)}}
     assert Study.compare(stats, "x", "y", "k") == c
+
+
+def test_verdict_ladder():
+    assert verdict(True) == verdict(True, True) == "reproduced"
+    assert verdict(False, True) == "partly reproduced"
+    assert verdict(False, True, partly_label="mixed") == "mixed"
+    assert verdict(False) == verdict(False, False, partly_label="mixed") == "not reproduced"
+    assert Study.verdict(False, True) == "partly reproduced"
