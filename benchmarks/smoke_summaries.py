@@ -4,7 +4,7 @@ A refactor that promises "no change in numbers" is checked with it: run the smok
 previous commit and at this one, then compare (timings, paths and host facts aside):
 
     git worktree add /tmp/base HEAD~1
-    (cd /tmp/base && PYTHONPATH=/tmp/base python benchmarks/smoke_summaries.py run /tmp/smoke_base)
+    python /tmp/base/benchmarks/smoke_summaries.py run /tmp/smoke_base   # the base tree's code
     python benchmarks/smoke_summaries.py run /tmp/smoke_new
     python benchmarks/smoke_summaries.py compare /tmp/smoke_base /tmp/smoke_new
 
@@ -21,7 +21,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+TREE = Path(__file__).resolve().parent.parent  # the source tree this script belongs to
 
 # Leaves that differ between two runs of the same code: wall times, rates, paths, host facts.
 VOLATILE = re.compile(
@@ -36,6 +39,12 @@ def experiment_names() -> list[str]:
 
 
 def run(out: Path, names: list[str]) -> None:
+    """Each experiment's smoke run with this tree's `jaxrl_suite` and this tree's experiments
+    (`jaxrl_suite_experiments` is mapped to TREE/experiments by a link on PYTHONPATH, since the
+    editable install maps it to the installed checkout's)."""
+    shim = Path(tempfile.mkdtemp(prefix="smoke_shim_"))
+    (shim / "jaxrl_suite_experiments").symlink_to(TREE / "experiments")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{TREE}{os.pathsep}{shim}"}
     for name in names or experiment_names():
         dest = out / name
         if (dest / "summary.json").exists():
@@ -45,7 +54,7 @@ def run(out: Path, names: list[str]) -> None:
         if dest.exists():
             cmd.append("--overwrite")
         print("+", " ".join(cmd), flush=True)
-        rc = subprocess.call(cmd, env={**os.environ, "PYTHONHASHSEED": "0"})
+        rc = subprocess.call(cmd, env=env, cwd=TREE)
         if rc:
             print(f"{name}: exit {rc}", flush=True)
 
@@ -78,7 +87,8 @@ def compare(a_dir: Path, b_dir: Path) -> int:
         a = dict(_leaves(json.loads((a_dir / name / "summary.json").read_text())))
         b = dict(_leaves(json.loads(b_file.read_text())))
         diffs = [k for k in sorted(set(a) | set(b))
-                 if not VOLATILE.search(k.rsplit("/", 1)[-1]) and not _equal(a.get(k), b.get(k))]
+                 if not any(VOLATILE.search(part) for part in k.split("/"))
+                 and not _equal(a.get(k), b.get(k))]
         for k in diffs:
             print(f"{name}{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
         equal += not diffs

@@ -133,7 +133,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         """Statistics of eval.samples sampled answers per prompt: mean N (of the well-formed
         answers), hit rate at any rank, first-point hit rate and the well-formed rate."""
         flat = [e for e in examples for _ in range(cfg.eval.samples)]
-        texts, _ = trainer.sampled_completions(
+        texts, _ = trainer.complete(
             params, flat, batch_size=cfg.eval.batch_size, temperature=cfg.eval.temperature,
             rng=jax.random.PRNGKey(study.start_seed + 1))
         c = sft_task.verify_batch(texts, flat).components

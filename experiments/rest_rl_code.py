@@ -56,7 +56,7 @@ from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure
 from jaxrl_suite.core.parallel import print0
 from jaxrl_suite.core.study import check_variants, format_numbers
 from jaxrl_suite.curricula.rest import filter_stats, keep_problem, rest_grpo_prompts
-from jaxrl_suite.envs.text import Example, ExampleList
+from jaxrl_suite.envs.text import ExampleList
 from jaxrl_suite.models.value import ValueLM, init_from_policy
 from jaxrl_suite.sampling import mcts
 from jaxrl_suite_experiments import CONFIGS
@@ -138,8 +138,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     round_steps = {"grpo": per_round, "rest_grpo": per_round, "rest_dpo": cfg.rest.dpo.steps}
 
     def evaluate(params) -> dict:
-        texts, lengths = grpo.greedy_completions(params, study.held_out,
-                                                 batch_size=cfg.eval.batch_size)
+        texts, lengths = grpo.complete(params, study.held_out, batch_size=cfg.eval.batch_size)
         v = task.verify_batch(texts, study.held_out)
         return {"strict_accuracy": float(np.mean([s == 1.0 for s in v.scores])),
                 "pass_rate": float(np.mean(v.scores)), "length": float(lengths.mean()),
@@ -151,7 +150,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         c = cfg.rest
         problems = task.examples("train", r * c.problems, c.problems)
         flat = [e for e in problems for _ in range(c.samples)]
-        texts, _ = grpo.sampled_completions(
+        texts, _ = grpo.complete(
             params, flat, batch_size=cfg.eval.batch_size,
             rng=jax.random.fold_in(study.grpo_key(seed), 1000 + r))
         rewards = task.verify_batch(texts, flat).scores
@@ -324,8 +323,7 @@ def _decoding(study, cfg: Config, params, long_prompt: int) -> dict:
     out = {"targets": len(targets), "orm_programs": len(finished),
            "collect_time_s": collect_time, "budgets": list(s.budgets), "decoders": {}}
     if "greedy" in s.decoders:
-        texts, lengths = searcher.greedy_completions(params, [Example(p, "") for p in prompts],
-                                                     batch_size=s.batch_size)
+        texts, lengths = searcher.complete(params, problems, batch_size=s.batch_size)
         out["decoders"]["greedy"] = {
             "accuracy": [strict([p + t for p, t in zip(prompts, texts, strict=True)])],
             "tokens": [float(lengths.mean())]}

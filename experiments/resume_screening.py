@@ -45,8 +45,6 @@ from jaxrl_suite.rewards.composite import (
     COMPONENTS,
     CompositeConfig,
     collapse_report,
-    composite_components,
-    predicted_label,
 )
 from jaxrl_suite_experiments import CONFIGS
 
@@ -108,19 +106,16 @@ def variant_task(cfg: Config, name: str) -> ScreeningTask:
 def evaluate_decisions(trainer, params, examples, batch_size: int, *,
                        temperature: float | None = None, rng: jax.Array | None = None) -> dict:
     """Held-out greedy decisions: `selection_metrics`, plus the shares of completions in the
-    exact format and with a score that agrees with their decision. With `temperature` (and
-    `rng`), one decision per example sampled at that temperature instead
-    (`LMTrainer.sampled_completions`, in the same batches)."""
-    if temperature is None:
-        texts, _ = trainer.greedy_completions(params, examples, batch_size=batch_size)
-    else:
-        texts, _ = trainer.sampled_completions(params, examples, batch_size=batch_size, rng=rng,
-                                               temperature=temperature)
-    out = selection_metrics([predicted_label(t) for t in texts], [e.answer for e in examples])
-    parts = [composite_components(t, e.answer, CompositeConfig())
-             for t, e in zip(texts, examples, strict=True)]
+    exact format and with a score that agrees with their decision (the components of the
+    default composite reward, `ScreeningTask.verify_batch`). With `temperature` (and `rng`),
+    one decision per example sampled at that temperature instead (`LMRunner.complete`, in the
+    same batches)."""
+    texts, _ = trainer.complete(params, examples, batch_size=batch_size, rng=rng,
+                                temperature=temperature)
+    v = ScreeningTask().verify_batch(texts, examples)
+    out = selection_metrics(v.outcomes, [e.answer for e in examples])
     for k in ("format", "calibration"):
-        out[f"{k}_rate"] = sum(p[k] for p in parts) / len(parts)
+        out[f"{k}_rate"] = sum(v.components[k]) / len(texts)
     return out
 
 

@@ -29,6 +29,7 @@ from jaxrl_suite.core.config import (
     Range,
     check_fields,
 )
+from jaxrl_suite.core.parallel import shard_batch
 from jaxrl_suite.envs.text import Task
 from jaxrl_suite.losses.common import token_logprobs
 from jaxrl_suite.losses.coupled_grpo import ESTIMATORS
@@ -42,6 +43,7 @@ from jaxrl_suite.sampling.diffusion import (
     local_arness,
     transfer_schedule,
 )
+from jaxrl_suite.sampling.runner import map_batches
 
 
 def masked_diffusion_objective(model: DiffusionLM, eos_id: int, *, eps: float = 1e-3):
@@ -193,21 +195,20 @@ class DiffusionStudy(LMStudy):
 
     def decode_orders(self, params, examples, *, temperature: float = 1.0, greedy: bool = False,
                       key=None) -> tuple[np.ndarray, np.ndarray]:
-        """Decode `examples` (fixed batches of eval.batch_size rows, one compiled program) and
-        return (order [n, N]: each position's unmasking rank, completion mask [n, N])."""
+        """Decode `examples` (fixed batches of eval.batch_size rows, one compiled program,
+        `sampling.map_batches`; batch b keyed fold_in(key, b)) and return (order [n, N]: each
+        position's unmasking rank, completion mask [n, N])."""
         sampler = self.sampler(greedy=greedy)
-        trainer, bs = self.lm_trainer(), self.cfg.eval.batch_size
+        trainer = self.lm_trainer()
         key = jax.random.PRNGKey(self.start_seed + 2) if key is None else key
-        orders, masks = [], []
-        for i, start in enumerate(range(0, len(examples), bs)):
-            chunk = list(examples[start : start + bs])
-            padded = chunk + [chunk[-1]] * (bs - len(chunk))
-            prompt, prompt_mask = trainer.encode_prompts(padded)
-            out, order = sampler.decode(params, prompt, prompt_mask, jax.random.fold_in(key, i),
+
+        def run(local, b):
+            prompt, prompt_mask = shard_batch(trainer.encode_prompts(local), trainer.mesh)
+            out, order = sampler.decode(params, prompt, prompt_mask, jax.random.fold_in(key, b),
                                         temperature=temperature)
-            orders.append(np.asarray(order)[: len(chunk)])
-            masks.append(np.asarray(out.mask)[: len(chunk)])
-        return np.concatenate(orders), np.concatenate(masks)
+            return order, out.mask
+
+        return map_batches(run, examples, batch_size=self.cfg.eval.batch_size, mesh=trainer.mesh)
 
     def arness(self, params, examples, *, ks=(1,), temperature: float = 1.0,
                greedy: bool = False) -> dict:

@@ -213,7 +213,7 @@ def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], 
     Step 1 answers the task's own prompt; step t > 1 answers the self-iteration prompt built from
     step t-1's completion and its feedback (improve mode). `scores[-1] - scores[0]` is the gain
     from iterating. With `temperature` (and `rng`), each step samples one completion per example
-    at that temperature instead (`sampled_completions`, step t's batches keyed from
+    at that temperature instead (`LMRunner.complete`, step t's batches keyed from
     fold_in(rng, t)), in the same batches as the greedy steps."""
     if (temperature is None) != (rng is None):
         raise ValueError("evaluate_iterations: give temperature and rng together (sampled) or "
@@ -223,13 +223,9 @@ def evaluate_iterations(grpo: GRPOTrainer, params, examples: Sequence[Example], 
     for t in range(steps):
         prompts = [dataclasses.replace(e, prompt=iteration_prompt(grpo.task, e, p))
                    for e, p in zip(examples, previous, strict=True)]
-        if temperature is None:
-            texts, _ = grpo.greedy_completions(params, prompts, batch_size=batch_size)
-        else:
-            texts, _ = grpo.sampled_completions(params, prompts, batch_size=batch_size,
-                                                rng=jax.random.fold_in(rng, t),
-                                                temperature=temperature)
-        scores[t] = [grpo.task.score(x, e) for x, e in zip(texts, examples, strict=True)]
+        texts, _ = grpo.complete(params, prompts, batch_size=batch_size, temperature=temperature,
+                                 rng=None if rng is None else jax.random.fold_in(rng, t))
+        scores[t] = grpo.task.verify_batch(texts, examples).scores
         previous = texts
     return scores.mean(axis=1)
 

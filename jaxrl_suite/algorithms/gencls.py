@@ -49,18 +49,11 @@ import jax
 import numpy as np
 
 from jaxrl_suite.core.config import Count, check_fields
-from jaxrl_suite.core.parallel import (
-    batch_shards,
-    gather_rows,
-    host_local,
-    process_rows,
-    shard_batch,
-)
+from jaxrl_suite.core.parallel import batch_shards
 from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text.base import SPLITS, Example, Task, Verdicts
 from jaxrl_suite.envs.text.tfds_tasks import ClassificationTask
 from jaxrl_suite.envs.text.topics import ClassView
-from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 
 ICL_MODES = ("none", "random", "nearest")
@@ -415,24 +408,14 @@ def ppl_scores(trainer, params, task: StrategyTask, examples: Sequence[Example],
     per = max(1, batch_size // n_c)  # examples per call
     while (per * n_c) % (n_dev * jax.process_count()):
         per += 1
-    rows = process_rows(per * n_c)
-    completions = trainer.tokenizer.encode_batch([answer_tags(c) for c in cands] * per,
-                                                 trainer.max_new_tokens, side="right",
-                                                 add_eos=True)
-    comp, comp_mask = completions[0], completions[1].astype(np.float32)
-    out = []
-    for start in range(0, len(examples), per):
-        chunk = list(examples[start : start + per])
-        padded = chunk + [chunk[-1]] * (per - len(chunk))
-        flat = [e for e in padded for _ in range(n_c)]  # example i -> rows [i*C, (i+1)*C)
-        seq = SeqBatch(*trainer.encode_prompts(flat[rows]), comp[rows], comp_mask[rows])
-        logp = gather_rows(host_local(trainer.completion_logprobs(
-            params, shard_batch(seq, trainer.mesh))))  # [rows, N]
-        total = (logp * comp_mask).sum(axis=1)
-        if norm == "mean":
-            total = total / comp_mask.sum(axis=1)
-        out.append(total.reshape(per, n_c)[: len(chunk)])
-    return np.concatenate(out)
+    rows = [e for e in examples for _ in cands]  # example i -> rows [i*C, (i+1)*C)
+    answers = [answer_tags(c) for _ in examples for c in cands]
+    logp, mask = trainer.score(params, rows, answers, logprob_fn=trainer.completion_logprobs,
+                               batch_size=per * n_c)  # `per` examples a call
+    total = (logp * mask).sum(axis=1)
+    if norm == "mean":
+        total = total / mask.sum(axis=1)
+    return total.reshape(len(examples), n_c)
 
 
 def evaluate_strategy(trainer, params, task: StrategyTask, examples: Sequence[Example], *,
@@ -450,7 +433,7 @@ def evaluate_strategy(trainer, params, task: StrategyTask, examples: Sequence[Ex
                           norm=norm).argmax(axis=1)
         texts = [answer_tags(cands[int(i)]) for i in best]
     else:
-        texts, _ = trainer.greedy_completions(params, examples, batch_size=batch_size)
+        texts, _ = trainer.complete(params, examples, batch_size=batch_size)
     v = task.verify_batch(texts, examples)
     return {"accuracy": float(np.mean(v.scores)),
             "uncertain_rate": v.outcomes.count(UNCERTAIN) / len(texts),

@@ -28,11 +28,9 @@ positions at a time (`losses.chunked`), so the [B, N, V] logits never exist.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -42,7 +40,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.config import (
     Count,
     NonNegative,
@@ -104,9 +101,14 @@ from jaxrl_suite.models.sequence import (
     completion_logits,
     completion_token_map,
 )
-from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
-from jaxrl_suite.rewards import extract_answer
-from jaxrl_suite.sampling import ContinuousSampler, GenerateOutput, KVCacheSampler, Sampler
+from jaxrl_suite.models.sharding import shard_tree
+from jaxrl_suite.sampling import (
+    ContinuousSampler,
+    GenerateOutput,
+    KVCacheSampler,
+    LMRunner,
+    Sampler,
+)
 from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 
 # The first training-split index of the validation problems (`SFTConfig.stop_accuracy`): far
@@ -464,157 +466,26 @@ class GRPOTrainState(TrainState):
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
 
 
-def _answer_id(text: str) -> int:
-    """A stable integer id of a completion's parsed answer (-1: none), for voting across hosts."""
-    answer = extract_answer(text)
-    if answer is None:
-        return -1
-    return zlib.crc32(answer.encode(errors="surrogatepass")) & 0x7FFFFFFF  # lone surrogates too
-
-
 # Metrics of the GRPO loss that are means over the batch's valid tokens.
 _TOKEN_MEAN_METRICS = ("kl", "ratio", "clip_frac", "entropy", "pg_token_frac", "top_p_entropy",
                        "masked_fraction", "tis_weight", "tis_capped_frac")
 
 
-class LMTrainer:
-    """Host-side plumbing shared by the SFT and GRPO stages: task, tokenizer, mesh, evaluation.
+class LMTrainer(LMRunner):
+    """`sampling.LMRunner` (encoding, completion, scoring, evaluation) plus what the SFT and
+    GRPO stages train with: the trainable params and the state's placement on the mesh."""
 
-    The trainer owns its evaluation samplers (`sampling.Sampler`s): `greedy_sampler` decodes
-    for `evaluate` / `greedy_completions`, and `eval_sampler` draws the samples of
-    `evaluate_sampled`, at the temperature and top_p of each call (traced: no recompile). They
-    default to `KVCacheSampler`s of max_new_tokens tokens (greedy; top_k off); pass another
-    trainer's to share its compiled program.
-    """
-
-    def __init__(
-        self, model: CausalLM, tokenizer: Tokenizer, task: Task, *, mesh, prompt_len: int,
-        max_new_tokens: int, greedy_sampler: Sampler | None = None,
-        eval_sampler: Sampler | None = None,
-    ):
-        check_model_mesh(model.config, mesh)
-        self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
+    def __init__(self, model: CausalLM, tokenizer: Tokenizer, task: Task, **kwargs):
+        """`LMRunner`'s arguments (mesh, prompt_len, max_new_tokens, samplers)."""
+        super().__init__(model, tokenizer, task, **kwargs)
         # A LoRA model (models.lora.apply_lora) trains its adapters alone: the base is frozen
         # (no gradient, no optimizer state) and checkpoints hold the adapters (`Checkpointer`).
         self.trainable = trainable_of(model)
-        self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
-        ids = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
-        self.greedy_sampler = greedy_sampler or KVCacheSampler(model, greedy=True, **ids)
-        self.eval_sampler = eval_sampler or KVCacheSampler(model, **ids)
-
-    def encode_prompts(self, examples: Sequence[Example]):
-        return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
-
-    def encode_solutions(self, examples: Sequence[Example]):
-        ids, mask = self.tokenizer.encode_batch(
-            [self.task.solution(e) for e in examples], self.max_new_tokens, side="right",
-            add_eos=True,
-        )
-        return ids, mask.astype(np.float32)
-
-    def solution_batch(self, examples: Sequence[Example]) -> SeqBatch:
-        """Host arrays of `examples` with their task solutions as completions (the SFT data)."""
-        return SeqBatch(*self.encode_prompts(examples), *self.encode_solutions(examples))
 
     def place_state(self, state):
         """The state on the mesh: params and optimizer state sharded by `models.sharding`'s
         rules (over fsdp and tensor), replicated over data."""
         return shard_tree(state, self.mesh)
-
-    def greedy_completions(self, params, examples: Sequence[Example], *,
-                           batch_size: int) -> tuple[list[str], np.ndarray]:
-        """Greedy completion of every example (all processes' rows, in order): (texts, lengths
-        [len(examples)]). Fixed-size batches (the last one padded), so one compile."""
-        return self._complete(params, examples, batch_size, lambda p, m, b: self.greedy_sampler(
-            params, p, m, jax.random.PRNGKey(0)))
-
-    def sampled_completions(self, params, examples: Sequence[Example], *, batch_size: int,
-                            rng: jax.Array, temperature: float = 1.0, top_p: float = 1.0
-                            ) -> tuple[list[str], np.ndarray]:
-        """One sampled completion of every example (repeat an example for several) with
-        `eval_sampler` at `temperature` / `top_p`, batch b with key fold_in(rng, b): (texts,
-        lengths [len(examples)]), in fixed-size batches like `greedy_completions`."""
-        return self._complete(params, examples, batch_size, lambda p, m, b: self.eval_sampler(
-            params, p, m, jax.random.fold_in(rng, b), temperature=temperature, top_p=top_p))
-
-    def _complete(self, params, examples, batch_size, sample) -> tuple[list[str], np.ndarray]:
-        n_dev = batch_shards(self.mesh)
-        batch_size = max(n_dev, batch_size - batch_size % n_dev)
-        rows = process_rows(batch_size)
-        texts, lengths = [], []
-        for b, start in enumerate(range(0, len(examples), batch_size)):
-            chunk = list(examples[start : start + batch_size])
-            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
-            prompt, prompt_mask = shard_batch(self.encode_prompts(padded[rows]), self.mesh)
-            out = sample(prompt, prompt_mask, b)
-            tokens = gather_rows(host_local(out.tokens))[: len(chunk)]
-            mask = gather_rows(host_local(out.mask))[: len(chunk)]
-            texts += self.tokenizer.decode_batch(tokens, mask)
-            lengths.append(mask.sum(axis=1))
-        return texts, np.concatenate(lengths)
-
-    def solution_nll(self, logprob_fn, params, examples: Sequence[Example]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Per-token NLL of each example's task solution + EOS under `params`, teacher-forced
-        (the SFT loss's terms): (nll [n, N], mask [n, N]) on the host. `logprob_fn(params, seq)`
-        gives a placed `SeqBatch`'s completion log-probs [rows, N] (e.g. a GRPO trainer's
-        `completion_logprobs`). Rows are padded to a multiple of the batch shards."""
-        n_dev = batch_shards(self.mesh)
-        padded = list(examples) + [examples[-1]] * (-len(examples) % n_dev)
-        rows = process_rows(len(padded))
-        seq = shard_batch(self.solution_batch(padded[rows]), self.mesh)
-        logp = gather_rows(host_local(logprob_fn(params, seq)))[: len(examples)]
-        mask = gather_rows(host_local(seq.completion_mask))[: len(examples)]
-        return -logp * mask, mask
-
-    def with_task(self, task: Task) -> LMTrainer:
-        """This trainer on another task (e.g. a data filter's `ExampleList`), sharing its
-        compiled programs, samplers and config: a shallow copy."""
-        other = copy.copy(self)
-        other.task = task
-        return other
-
-    def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
-        """Greedy held-out accuracy: fraction of `examples` whose completion scores 1; the mean
-        completion length, and the mean "reward": the task's designed reward
-        (`Verdicts.rewards`) where it has one, else the score."""
-        texts, lengths = self.greedy_completions(params, examples, batch_size=batch_size)
-        verdicts = self.task.verify_batch(texts, examples)
-        correct = [s == 1.0 for s in verdicts.scores]
-        rewards = verdicts.scores if verdicts.rewards is None else verdicts.rewards
-        return {"accuracy": float(np.mean(correct)), "length": float(lengths.mean()),
-                "reward": float(np.mean(rewards))}
-
-    def evaluate_sampled(
-        self, params, examples: Sequence[Example], *, n: int, ks: Sequence[int],
-        temperature: float, top_p: float = 1.0, batch_size: int, rng: jax.Array,
-    ) -> dict:
-        """n sampled completions per example: unbiased pass@k and maj@k for each k in `ks`.
-
-        Rows are the examples repeated n times, sampled in fixed-size batches (one compile).
-        Returns {"pass@k": ..., "maj@k": ... for k in ks, "length": mean completion length}.
-        maj@k votes over the parsed answers of the first k samples (`algorithms.evaluate`).
-        """
-        bad = [k for k in ks if not 1 <= k <= n]
-        if bad:
-            raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
-        flat = [e for e in examples for _ in range(n)]
-        texts, lengths = self.sampled_completions(params, flat, batch_size=batch_size, rng=rng,
-                                                  temperature=temperature, top_p=top_p)
-        scores = self.task.verify_batch(texts, flat).scores
-        stats = np.array([[s == 1.0, m, _answer_id(t)]  # per sample: correct, length, answer
-                          for s, t, m in zip(scores, texts, lengths, strict=True)], np.int64)
-        stats = stats.reshape(len(examples), n, 3)
-        correct, answers = stats[..., 0], stats[..., 2]
-        # Samples with the same parsed answer to the same prompt are equally correct.
-        verdict = [{int(a): bool(c) for a, c in zip(ans, cor, strict=True)}
-                   for ans, cor in zip(answers, correct, strict=True)]
-        votes = [[None if a < 0 else int(a) for a in row] for row in answers]
-        result = {"length": float(stats[..., 1].mean())}
-        for k in ks:
-            result[f"pass@{k}"] = float(pass_at_k(n, correct.sum(axis=1), k).mean())
-            result[f"maj@{k}"] = float(maj_at_k(votes, k, lambda i, a: verdict[i][a]).mean())
-        return result
 
 
 class SFTTrainer(LMTrainer):

@@ -393,7 +393,7 @@ class LMStudy(Study):
     def sampled_key(self) -> jax.Array:
         """The fixed key of the held-out evaluations that draw one sample per prompt at the
         training temperature: `sampled_accuracy`'s, and a study's own (e.g. sampled decisions
-        or self-iteration steps through `LMTrainer.sampled_completions`)."""
+        or self-iteration steps through `LMRunner.complete`)."""
         return jax.random.PRNGKey(self.start_seed + 2)
 
     # ---- trainers on the shared model ----
@@ -405,8 +405,8 @@ class LMStudy(Study):
 
     def lm_trainer(self, task: Task | None = None, *, prompt_len: int | None = None
                    ) -> LMTrainer:
-        """Sampling and evaluation alone (`greedy_completions`, `sampled_completions`) with the
-        study's shared samplers, on prompts of `prompt_len` tokens (default task.prompt_len;
+        """Sampling and evaluation alone (`sampling.LMRunner`: complete, score, evaluate) with
+        the study's shared samplers, on prompts of `prompt_len` tokens (default task.prompt_len;
         e.g. prompt_len + max_new_tokens for a search over partial solutions)."""
         return LMTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task,
                          mesh=self.lm.mesh, prompt_len=prompt_len or self.cfg.task.prompt_len,
@@ -459,7 +459,7 @@ class LMStudy(Study):
                      for st in states]
             flat = [Example(prompt=st, answer="") for st, ok in zip(states, open_, strict=True)
                     if ok for _ in range(n)]
-            texts, lengths = trainer.sampled_completions(
+            texts, lengths = trainer.complete(
                 params, flat, batch_size=batch_size,
                 rng=jax.random.fold_in(rng, calls[0])) if flat else ([], [])
             calls[0] += 1
@@ -514,7 +514,8 @@ class LMStudy(Study):
         if any(len(tok.encode(s)) != len(s.encode()) or e.answer not in s
                for e, s in zip(examples, sols, strict=True)):
             return {}
-        nll, _ = trainer.solution_nll(trainer.completion_logprobs, params, examples)
+        logp, mask = trainer.score(params, examples, logprob_fn=trainer.completion_logprobs)
+        nll = -logp * mask
         by_place = hasattr(task, "answer_places")
 
         def name(p: int) -> str:

@@ -10,7 +10,8 @@ reward (`AgentTrainer(episode_reward=...)`): for each finished episode it
      <information> blocks, at most `max_docs` of them, in order);
   2. asks the frozen generator (an `LMTrainer` with its params; greedy) to answer the question
      from them (`envs.text.search.reader_prompt`), in fixed-size batches;
-  3. scores the answer: Acc = `rewards.qa.span_match` of the gold entity;
+  3. scores the answer by the reader's task (`ReaderTask.verify_batch`): Acc =
+     `rewards.qa.span_match` of the gold entity;
   4. sets the episode's score (Acc, so `success` is the generation accuracy), its training
      reward by `kind` (`rewards.gbr.search_reward`: gbr, gbr_acc, acc or recall) and the
      components acc, acc_naive, gbr, recall, docs, selected, queries.
@@ -44,18 +45,18 @@ from jaxrl_suite.rewards.gbr import (
     search_reward,
     selected_documents,
 )
-from jaxrl_suite.rewards.qa import span_match
 
 
 class SearchReward:
     """The s3 episode reward (module docstring).
 
     task: the searcher's `SearchTask` (its world, top_k, max_select); reader: an `LMTrainer` of
-    the generator (its tokenizer, prompt length and greedy sampler); params: the generator's
-    frozen params; tokenizer: the searcher's, which decodes the episodes (the generator may
-    have another: it sees text only); kind: the reward (`rewards.gbr.SEARCH_REWARDS`);
-    unselected: "all" (the authors: a block no turn selected from gives all its documents) or
-    "none"; max_docs: the generator's context cap; batch_size: rows of one generator call."""
+    the generator on its reading task (`ReaderTask`, which scores Acc; its tokenizer, prompt
+    length and greedy sampler); params: the generator's frozen params; tokenizer: the
+    searcher's, which decodes the episodes (the generator may have another: it sees text only);
+    kind: the reward (`rewards.gbr.SEARCH_REWARDS`); unselected: "all" (the authors: a block no
+    turn selected from gives all its documents) or "none"; max_docs: the generator's context
+    cap; batch_size: rows of one generator call."""
 
     def __init__(self, task: SearchTask, reader: LMTrainer, params, *, tokenizer: Tokenizer,
                  kind: str = "gbr", unselected: str = "all", max_docs: int = 8,
@@ -74,26 +75,18 @@ class SearchReward:
         self._naive: dict[int, float] = {}
 
     # ---- the generator ----
-    def answers(self, questions: Sequence[int], documents: Sequence[Sequence[str]]
-                ) -> list[str]:
-        """The generator's greedy answers to world.questions[q] from each document list."""
+    def accuracy(self, questions: Sequence[int], documents: Sequence[Sequence[str]]
+                 ) -> np.ndarray:
+        """Acc: the generator's greedy answer to world.questions[q] from each document list,
+        scored by the reader's task (`ReaderTask`: 1.0 where it holds the gold entity)."""
         world = self.task.world
         examples = [Example(prompt=reader_prompt(world.questions[q].text, docs),
                             answer=world.questions[q].answer)
                     for q, docs in zip(questions, documents, strict=True)]
         if not examples:
-            return []
-        texts, _ = self.reader.greedy_completions(self.params, examples,
-                                                  batch_size=self.batch_size)
-        return texts
-
-    def accuracy(self, questions: Sequence[int], documents: Sequence[Sequence[str]]
-                 ) -> np.ndarray:
-        """Acc: 1.0 where the generator's answer from the documents holds the gold entity."""
-        world = self.task.world
-        texts = self.answers(questions, documents)
-        return np.array([span_match(t, world.questions[q].answer)
-                         for t, q in zip(texts, questions, strict=True)], np.float32)
+            return np.zeros((0,), np.float32)
+        texts, _ = self.reader.complete(self.params, examples, batch_size=self.batch_size)
+        return np.array(self.reader.task.verify_batch(texts, examples).scores, np.float32)
 
     def naive_documents(self, question: int) -> list[str]:
         world = self.task.world

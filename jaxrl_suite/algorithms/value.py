@@ -28,8 +28,6 @@ import numpy as np
 from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.parallel import (
     batch_shards,
-    gather_rows,
-    host_local,
     jit_on_mesh,
     process_rows,
     shard_batch,
@@ -38,6 +36,7 @@ from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer,
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
 from jaxrl_suite.models.value import ValueLM
+from jaxrl_suite.sampling.runner import map_batches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,20 +163,15 @@ class ValueTrainer:
 
         Fixed batches of `batch_size` rows (None: value.batch_size, rounded down to a multiple
         of the mesh's batch shards), the last one padded with copies of its last state, so one
-        compiled program serves every call of that size.
+        compiled program serves every call of that size (`sampling.map_batches`).
         """
-        n_dev = batch_shards(self.mesh)
-        batch_size = self.config.batch_size if batch_size is None else batch_size
-        batch_size = max(n_dev, batch_size - batch_size % n_dev)
-        rows = process_rows(batch_size)
+        if len(states) == 0:
+            return np.zeros((0,), np.float32)
         params = self.place_state(params)
-        out = []
-        for start in range(0, len(states), batch_size):
-            chunk = list(states[start : start + batch_size])
-            padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # fixed shape: one compile
-            tokens, mask = shard_batch(self.encode(padded[rows]), self.mesh)
-            out.append(gather_rows(host_local(self._values(params, tokens, mask)))[: len(chunk)])
-        return np.concatenate(out) if out else np.zeros((0,), np.float32)
+        return map_batches(
+            lambda local, _: self._values(params, *shard_batch(self.encode(local), self.mesh)),
+            states, batch_size=self.config.batch_size if batch_size is None else batch_size,
+            mesh=self.mesh)
 
     def value_fn(self, params, *, batch_size: int | None = None
                  ) -> Callable[[Sequence[str]], np.ndarray]:

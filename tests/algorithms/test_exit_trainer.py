@@ -118,13 +118,13 @@ def test_evaluate_iterations_feeds_each_answer_back(setup, monkeypatch):
     ]
     seen = []
 
-    def fake_greedy(p, prompts, *, batch_size):
-        assert p is params and batch_size == 4
+    def fake_greedy(p, prompts, *, batch_size, rng=None, temperature=None):
+        assert p is params and batch_size == 4 and rng is None and temperature is None
         seen.append([e.prompt for e in prompts])
         texts = scripted[len(seen) - 1]
         return texts, np.array([len(t) for t in texts])
 
-    monkeypatch.setattr(grpo, "greedy_completions", fake_greedy)
+    monkeypatch.setattr(grpo, "complete", fake_greedy)
     scores = evaluate_iterations(grpo, params, examples, steps=3, batch_size=4)
     assert len(seen) == 3 and seen[0] == [e.prompt for e in examples]  # step 1: own prompts
     for t in (1, 2):
@@ -146,14 +146,14 @@ def test_evaluate_iterations_with_the_model_builds_each_prompt_from_its_last_ans
                                                                                    monkeypatch):
     _, params, grpo = setup
     examples = grpo.task.examples("test", 0, 3)
-    calls, real = [], grpo.greedy_completions
+    calls, real = [], grpo.complete
 
     def spy(p, prompts, **kw):
         texts, lengths = real(p, prompts, **kw)
         calls.append(([e.prompt for e in prompts], texts))
         return texts, lengths
 
-    monkeypatch.setattr(grpo, "greedy_completions", spy)
+    monkeypatch.setattr(grpo, "complete", spy)
     scores = evaluate_iterations(grpo, params, examples, steps=2, batch_size=4)
     (_, first), (prompts, second) = calls
     for e, prev, prompt in zip(examples, first, prompts, strict=True):
@@ -165,7 +165,7 @@ def test_evaluate_iterations_with_the_model_builds_each_prompt_from_its_last_ans
 
 
 def test_evaluate_iterations_sampled_draws_each_step_at_the_temperature(setup, monkeypatch):
-    """With a temperature, each step samples one completion per example (`sampled_completions`
+    """With a temperature, each step samples one completion per example (`complete` with a key,
     at that temperature, step t keyed fold_in(rng, t)), fed back like the greedy steps."""
     _, params, grpo = setup
     task = grpo.task
@@ -180,8 +180,7 @@ def test_evaluate_iterations_sampled_draws_each_step_at_the_temperature(setup, m
         texts = scripted[len(calls) - 1]
         return texts, np.array([len(t) for t in texts])
 
-    monkeypatch.setattr(grpo, "sampled_completions", fake_sampled)
-    monkeypatch.setattr(grpo, "greedy_completions", lambda *a, **k: pytest.fail("greedy"))
+    monkeypatch.setattr(grpo, "complete", fake_sampled)
     key = jax.random.PRNGKey(7)
     scores = evaluate_iterations(grpo, params, examples, steps=2, batch_size=4,
                                  temperature=0.7, rng=key)

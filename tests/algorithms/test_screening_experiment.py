@@ -178,10 +178,10 @@ def test_sampled_decisions_come_from_one_sample_per_pair_at_the_temperature():
     wrong = ["no answer"] * 4
 
     class Scripted:
-        def greedy_completions(self, params, exs, *, batch_size):
-            return wrong, np.ones(len(exs))
-
-        def sampled_completions(self, params, exs, *, batch_size, rng, temperature):
+        def complete(self, params, exs, *, batch_size, rng=None, temperature=None):
+            if rng is None:
+                assert (batch_size, temperature) == (2, None)
+                return wrong, np.ones(len(exs))
             assert (batch_size, rng, temperature) == (2, "key", 0.7)
             return right, np.ones(len(exs))
 
