@@ -77,17 +77,21 @@ from jaxrl_suite.losses import (
     ADVANTAGES,
     POLICY_LOSSES,
     REGULARIZERS,
-    masked_mean,
     token_entropy,
     token_logprobs,
 )
 from jaxrl_suite.losses.chunked import logprobs_and_entropy
-from jaxrl_suite.losses.policy import tis_weight
+from jaxrl_suite.losses.objective import (
+    TOKEN_MEAN_LOSS_TYPES,
+    ObjectiveBatch,
+    ObjectiveHParams,
+    TokenStats,
+    grpo_objective,
+)
 from jaxrl_suite.losses.sft import sft_loss
 from jaxrl_suite.losses.siren import (
-    PER_TOKEN_REGULARIZERS,
-    peak_entropy_mask,
-    regularizer_from_entropies,
+    as_regularizer,
+    per_token_regularizers,
     siren_from_entropies,
     siren_regularizer,
     top_p_entropy,
@@ -266,9 +270,10 @@ class GRPOConfig:
                 registry.get(getattr(self, name))
             except UnknownNameError as e:
                 raise ValueError(f"{name}: {e}") from None
-        if self.logprob_chunk and self.entropy_reg not in PER_TOKEN_REGULARIZERS:
+        if self.logprob_chunk and as_regularizer(REGULARIZERS.get(self.entropy_reg)).needs_logits:
             raise ValueError(f"grpo.entropy_reg={self.entropy_reg!r} needs the full logits: set "
-                             f"grpo.logprob_chunk=0 (chunked: {', '.join(PER_TOKEN_REGULARIZERS)})")
+                             f"grpo.logprob_chunk=0 (chunked: "
+                             f"{', '.join(per_token_regularizers())})")
         self._check_sampler()
 
     def _check_sampler(self) -> None:
@@ -297,6 +302,18 @@ class GRPOConfig:
         if self.draft_k is not None and self.draft_k not in DRAFT_KS:
             raise ValueError(f"grpo.draft_k must be null (adaptive) or one of {list(DRAFT_KS)}, "
                              f"got {self.draft_k}")
+
+
+def objective_hparams(c: GRPOConfig) -> ObjectiveHParams:
+    """The loss fields of `c` that `losses.objective.grpo_objective` takes (the policy loss, its
+    clip range, KL weight and aggregation, the entropy regulariser, the high-entropy mask, TIS's
+    cap), and the gradient micro-batches of a rollout (`grpo.train_micro_batch`)."""
+    return ObjectiveHParams(
+        policy_loss=c.policy_loss, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high,
+        beta=c.beta, loss_type=c.loss_type, entropy_reg=c.entropy_reg,
+        entropy_coef=c.entropy_coef, siren_top_p=c.siren_top_p, siren_quantile=c.siren_quantile,
+        high_entropy_quantile=c.high_entropy_quantile, tis_cap=c.tis_cap,
+        micro_batches=_micro_batches(c.prompts_per_step * c.group_size, c.train_micro_batch))
 
 
 def _check_scorer_config(c: GRPOConfig, sampler) -> None:
@@ -450,6 +467,10 @@ class GRPOBatch(NamedTuple):
     # [mu, B*G, N], the estimates under that iteration's masks (old_logp None when mu = 1:
     # the current estimate, detached, as the authors do).
     mask_keys: jax.Array | None = None
+    # [B*G, N] non-negative per-token weights of the pg term's mask (e.g. from a task;
+    # `losses.grpo.grpo_loss`'s token_weights): a zero weight drops the token from the pg term.
+    # None: all 1 (`GRPOTrainer.update(..., token_weights=)`).
+    token_weights: jax.Array | None = None
 
 
 # An entropy is >= 0, so -1 marks "no anchor" (not NaN: a multi-host `device_put` checks that
@@ -464,11 +485,6 @@ class GRPOTrainState(TrainState):
     `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`)."""
 
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
-
-
-# Metrics of the GRPO loss that are means over the batch's valid tokens.
-_TOKEN_MEAN_METRICS = ("kl", "ratio", "clip_frac", "entropy", "pg_token_frac", "top_p_entropy",
-                       "masked_fraction", "tis_weight", "tis_capped_frac")
 
 
 class LMTrainer(LMRunner):
@@ -601,7 +617,8 @@ class GRPOTrainer(LMTrainer):
         if c.sampler == "continuous" and c.slots % batch_shards(mesh):
             raise ValueError(f"grpo.slots={c.slots} is not a multiple of the "
                              f"{batch_shards(mesh)} batch shards of the mesh (data x fsdp)")
-        siren = c.entropy_reg == "siren"
+        regularizer = as_regularizer(REGULARIZERS.get(c.entropy_reg))
+        top_p = "top_p_entropy" in regularizer.needs  # chunked: the top-p entropy per chunk
 
         def logp_fn(params, seq: SeqBatch):
             logits = completion_logits(model, params, seq) / c.temperature
@@ -613,7 +630,7 @@ class GRPOTrainer(LMTrainer):
 
         def token_stats(logits, targets):  # one block: log-probs, entropy (, top-p entropy)
             logp, ent = logprobs_and_entropy(logits, targets)
-            return (logp, ent, top_p_entropy(logits, p=c.siren_top_p)) if siren else (logp, ent)
+            return (logp, ent, top_p_entropy(logits, p=c.siren_top_p)) if top_p else (logp, ent)
 
         def seq_logp(params, seq: SeqBatch):  # [rows, N], no logits kept
             if scorer is not None:  # one estimate under a fixed mask seed
@@ -622,69 +639,31 @@ class GRPOTrainer(LMTrainer):
                 return chunked(token_logprobs, params, seq)
             return logp_fn(params, seq)[1]
 
-        policy_loss = POLICY_LOSSES.get(c.policy_loss)
-        regularizer = REGULARIZERS.get(c.entropy_reg)
+        def model_stats(params, seq: SeqBatch) -> TokenStats:  # the objective's statistics
+            if c.logprob_chunk:
+                logp, ent, *h_p = chunked(token_stats, params, seq)
+                return TokenStats(logp, ent, top_p_entropy=h_p[0] if top_p else None)
+            logits, logp = logp_fn(params, seq)
+            return TokenStats(logp, token_entropy(logits), logits=logits)
+
+        hp = objective_hparams(c)
         advantage = ADVANTAGES.get(c.advantage)
-        k = _micro_batches(rows, c.train_micro_batch)
-        token_mean_loss = c.loss_type in ("dapo", "bnpo")
+        k = hp.micro_batches
+        token_mean_loss = c.loss_type in TOKEN_MEAN_LOSS_TYPES
 
         def loss_fn(params, inputs: tuple):
             # anchor: [] SIREN's target entropy, from the train state; with micro-batches,
             # n_tokens: [] the valid tokens of the whole batch
             batch, anchor = inputs[:2]
-            mask = batch.seq.train_mask
             if scorer is not None:  # estimated log-probs under this iteration's mask seed
-                logp = scorer(params, batch.seq, jax.random.wrap_key_data(batch.mask_keys))
-                old = jax.lax.stop_gradient(logp) if batch.old_logp is None else batch.old_logp
-                loss, metrics = policy_loss(
-                    logp, old, batch.ref_logp, batch.advantages, mask, clip_eps=c.clip_eps,
-                    clip_eps_high=c.clip_eps_high, beta=c.beta, loss_type=c.loss_type,
-                    token_weights=None, entropy_mask=None)
-                return loss, metrics
-            if c.logprob_chunk:
-                logp, ent, *h_p = chunked(token_stats, params, batch.seq)
-                token_ent = jax.lax.stop_gradient(ent)  # [B*G, N], metrics/mask
+                stats = TokenStats(scorer(params, batch.seq,
+                                          jax.random.wrap_key_data(batch.mask_keys)))
             else:
-                logits, logp = logp_fn(params, batch.seq)
-                token_ent = jax.lax.stop_gradient(token_entropy(logits))  # [B*G, N], metrics/mask
-            entropy_mask = None
-            if c.high_entropy_quantile is not None:
-                entropy_mask = peak_entropy_mask(token_ent, mask,
-                                                 quantile=c.high_entropy_quantile)
-            tis_weights, tis_metrics = None, {}
-            if batch.sampler_logp is not None:
-                tis_weights, tis_metrics = tis_weight(batch.old_logp, batch.sampler_logp, mask,
-                                                      c.tis_cap)
-            loss, metrics = policy_loss(
-                logp, batch.old_logp, batch.ref_logp, batch.advantages,
-                mask, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high, beta=c.beta,
-                loss_type=c.loss_type, token_weights=None, entropy_mask=entropy_mask,
-                **({} if tis_weights is None else {"pg_weights": tis_weights}),
-            )
-            metrics = dict(metrics, entropy=masked_mean(token_ent, mask), **tis_metrics)
-            if entropy_mask is not None:
-                metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)
-            if c.logprob_chunk:
-                reg, reg_metrics = regularizer_from_entropies(
-                    c.entropy_reg, ent, h_p[0] if siren else None, mask, coef=c.entropy_coef,
-                    quantile=c.siren_quantile, anchor=anchor)
-            else:
-                reg, reg_metrics = regularizer(logits, mask, coef=c.entropy_coef,
-                                               top_p=c.siren_top_p, quantile=c.siren_quantile,
-                                               anchor=anchor)
-            metrics = {**metrics, **reg_metrics}
-            if k > 1 and not token_mean_loss:
-                # Micro-batches weigh 1/k each (a mean over rows); the token means (the naive
-                # entropy bonus, the token-mean metrics) are rescaled by this micro-batch's
-                # share of the batch's tokens, n_j / n, over 1/k, so they sum to the batch's.
-                n_tokens = inputs[2]
-                share = k * jnp.sum(mask > 0) / jnp.maximum(n_tokens, 1.0)
-                if c.entropy_reg == "naive":
-                    reg = reg * share
-                metrics = {n: v * share if n in _TOKEN_MEAN_METRICS or (
-                    n == "entropy_reg" and c.entropy_reg == "naive") else v
-                    for n, v in metrics.items()}
-            return loss + reg, metrics
+                stats = model_stats(params, batch.seq)
+            return grpo_objective(stats, ObjectiveBatch(
+                batch.seq.train_mask, batch.old_logp, batch.ref_logp, batch.advantages,
+                batch.sampler_logp, batch.token_weights, anchor,
+                inputs[2] if k > 1 else None), hp)
 
         # Micro-batch weights: 1 for a mean over rows (grpo, dr_grpo), the token count for a
         # token mean (dapo, bnpo); see core.train.make_train_step.
@@ -922,14 +901,18 @@ class GRPOTrainer(LMTrainer):
 
     def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,
-               t0: float | None = None, behaviour_logp=None) -> tuple[GRPOTrainState, dict]:
+               t0: float | None = None, behaviour_logp=None,
+               token_weights=None) -> tuple[GRPOTrainState, dict]:
         """The `mu` policy updates on a rollout (`rollout`'s outputs), one jitted scan; the
         metrics are their means (`finite`: all of them). `advantages` [B*G] replaces the
         configured ones (e.g. after ExIt's diversity bonus); `t0` is when the rollout started
         (for the throughput metrics). `behaviour_logp` [B*G, N]: the log-probs of the
         parameters that generated each token when they are older than `old_logp`'s (an
         off-policy rollout, algorithms/agent.py); each token's pg term is then weighted by
-        the truncated importance weight min(exp(old_logp - behaviour_logp), grpo.tis_cap)."""
+        the truncated importance weight min(exp(old_logp - behaviour_logp), grpo.tis_cap).
+        `token_weights` [B*G, N] (the global batch, like `advantages`): non-negative weights of
+        each token's pg term (`GRPOBatch.token_weights`; a zero weight drops the token from the
+        pg term's numerator and denominator); None: all 1."""
         if self.config.entropy_reg == "siren" and float(state.anchor) == UNSET_ANCHOR:
             raise ValueError("grpo.entropy_reg='siren' needs an anchor: set grpo.siren_anchor or "
                              "pass GRPOTrainer.init_state(..., anchor=measure_anchor(...))")
@@ -938,6 +921,9 @@ class GRPOTrainer(LMTrainer):
             advantages = self.group_advantages(rewards)  # [B*G], the same on every process
         advantages = shard_batch(np.asarray(advantages, np.float32)[
             process_rows(advantages.shape[0])], self.mesh)
+        if token_weights is not None:
+            token_weights = shard_batch(np.asarray(token_weights, np.float32)[
+                process_rows(token_weights.shape[0])], self.mesh)
         if self.scorer is not None:
             if behaviour_logp is not None:
                 raise ValueError("behaviour_logp (off-policy rollouts) does not apply to a "
@@ -946,16 +932,17 @@ class GRPOTrainer(LMTrainer):
             batch = GRPOBatch(
                 seq, self._score(state.params, seq, keys) if self.config.mu > 1 else None,
                 self._score(self.ref_params, seq, keys) if self.config.beta > 0 else None,
-                advantages, mask_keys=keys)
+                advantages, mask_keys=keys, token_weights=token_weights)
             return self._finish_update(state, batch, rewards, info, t0)
         ref_logp = self._logp(self.ref_params, seq) if self.config.beta > 0 else None
         if self.config.tis:  # the trainer's own old log-probs; the sampler's weigh the tokens
             batch = GRPOBatch(seq, self._logp(state.params, seq), ref_logp, advantages,
-                              sampler_logp=old_logp)
+                              sampler_logp=old_logp, token_weights=token_weights)
         elif behaviour_logp is not None:
-            batch = GRPOBatch(seq, old_logp, ref_logp, advantages, sampler_logp=behaviour_logp)
+            batch = GRPOBatch(seq, old_logp, ref_logp, advantages, sampler_logp=behaviour_logp,
+                              token_weights=token_weights)
         else:
-            batch = GRPOBatch(seq, old_logp, ref_logp, advantages)
+            batch = GRPOBatch(seq, old_logp, ref_logp, advantages, token_weights=token_weights)
         return self._finish_update(state, batch, rewards, info, t0)
 
     def _finish_update(self, state, batch: GRPOBatch, rewards, info, t0):

@@ -3,7 +3,9 @@
 Registries (picked by name in a config): `POLICY_LOSSES` (grpo, gspo, cispo), `ADVANTAGES`
 (group, rloo, reinforce_pp, reinforce_pp_baseline), `REGULARIZERS` (none, naive, siren) and
 `ESTIMATORS` (a diffusion LM's token log-prob estimators: coupled, single, full) and
-`W2S_LOSSES` (weak-to-strong student losses: xent, logconf, product).
+`W2S_LOSSES` (weak-to-strong student losses: xent, logconf, product). GRPO's whole objective
+(policy loss, high-entropy mask, TIS, entropy regulariser, micro-batch rescale) is
+`grpo_objective(TokenStats, ObjectiveBatch, ObjectiveHParams)` (`losses.objective`).
 """
 
 from jaxrl_suite.losses.advantages import (
@@ -32,9 +34,15 @@ from jaxrl_suite.losses.grpo import (
     gspo_loss,
     ppo_surrogate,
 )
+from jaxrl_suite.losses.objective import (
+    ObjectiveBatch,
+    ObjectiveHParams,
+    TokenStats,
+    grpo_objective,
+)
 from jaxrl_suite.losses.policy import aggregate, clipped_surrogate, importance_ratio, k3_kl
 from jaxrl_suite.losses.preference import dpo_loss, orpo_loss
-from jaxrl_suite.losses.siren import REGULARIZERS
+from jaxrl_suite.losses.siren import REGULARIZERS, EntropyRegularizer, register_regularizer
 from jaxrl_suite.losses.w2s import (
     W2S_LOSSES,
     logconf_loss,
@@ -49,6 +57,10 @@ __all__ = [
     "POLICY_LOSSES",
     "REGULARIZERS",
     "W2S_LOSSES",
+    "EntropyRegularizer",
+    "ObjectiveBatch",
+    "ObjectiveHParams",
+    "TokenStats",
     "aggregate",
     "chunked_logprobs_and_entropy",
     "chunked_token_map",
@@ -59,6 +71,7 @@ __all__ = [
     "coupled_logprobs",
     "dpo_loss",
     "group_advantages",
+    "grpo_objective",
     "grpo_loss",
     "gspo_loss",
     "importance_ratio",
@@ -73,6 +86,7 @@ __all__ = [
     "ppo_surrogate",
     "product_loss",
     "project_logits",
+    "register_regularizer",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
     "reward_weights",

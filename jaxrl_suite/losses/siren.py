@@ -27,6 +27,7 @@ included, is <= p, which drops the crossing token; with p = 1 both are the full 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import chex
@@ -36,12 +37,20 @@ import jax.numpy as jnp
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.losses.common import check_rank, token_entropy
 
-# Entropy regularisers added to the policy loss, picked by `grpo.entropy_reg`. One signature:
+# Entropy regularisers added to the policy loss, picked by `grpo.entropy_reg`. Each entry is an
+# `EntropyRegularizer`: a function of per-token statistics,
+#   fn(stats {name: [N, T]}, mask [N, T], *, coef, top_p, quantile, anchor) -> (penalty, metrics)
+# (it ignores the hyperparameters it does not use; `metrics` holds what the trainer logs beside
+# the policy loss's: "entropy_reg", the penalty, plus the entry's own), with the statistics it
+# `needs` (`STATISTICS`). Calling an entry on the full logits computes them there:
 #   reg(logits [N, T, V], mask [N, T], *, coef, top_p, quantile, anchor) -> (penalty, metrics)
-# (an entry ignores the hyperparameters it does not use); `metrics` holds what the trainer logs
-# beside the policy loss's metrics ("entropy_reg": the penalty, plus the entry's own).
-Regularizer = Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
-REGULARIZERS: Registry[Regularizer] = Registry("entropy regulariser")
+# A new regulariser is one function and one `register_regularizer` line.
+REGULARIZERS: Registry[EntropyRegularizer] = Registry("entropy regulariser")
+
+# The per-token statistics a regulariser may need: "entropy" (full-vocabulary, with its
+# gradient), "top_p_entropy" (`top_p_entropy` at the `top_p` hyperparameter, with its gradient),
+# "logits" ([N, T, V] themselves: such an entry cannot run on chunked log-probs).
+STATISTICS = ("entropy", "top_p_entropy", "logits")
 
 
 def top_p_entropy(logits: chex.Array, *, p: float = 0.9) -> chex.Array:
@@ -149,37 +158,81 @@ def siren_from_entropies(
     return penalty, metrics
 
 
-# The REGULARIZERS entries computable from per-token entropies (so chunk by chunk, without the
-# full logits: `regularizer_from_entropies`); another entry needs the logits.
-PER_TOKEN_REGULARIZERS = ("none", "naive", "siren")
+@dataclasses.dataclass(frozen=True)
+class EntropyRegularizer:
+    """A `REGULARIZERS` entry: `fn` over the per-token statistics it `needs` (of `STATISTICS`).
+
+    `token_mean`: the penalty is a token mean over the batch (the naive bonus), so a gradient
+    micro-batch of a per-sequence loss rescales it by its share of the batch's tokens, as the
+    token-mean metrics (`losses.objective.grpo_objective`); a penalty that is not (SIREN's square
+    of a mean) is taken per micro-batch. Called on the full logits, it is `fn` on the statistics
+    computed from them (`statistics_from_logits`)."""
+
+    fn: Callable[..., tuple[chex.Array, dict[str, chex.Array]]]
+    needs: tuple[str, ...] = ()
+    token_mean: bool = False
+
+    def __post_init__(self):
+        unknown = [n for n in self.needs if n not in STATISTICS]
+        if unknown:
+            raise ValueError(f"unknown statistics {unknown}; known: {', '.join(STATISTICS)}")
+
+    @property
+    def needs_logits(self) -> bool:
+        return "logits" in self.needs
+
+    def __call__(self, logits, mask, *, coef, top_p, quantile, anchor):
+        stats = statistics_from_logits(logits, self.needs, top_p=top_p)
+        return self.fn(stats, mask, coef=coef, top_p=top_p, quantile=quantile, anchor=anchor)
+
+
+def statistics_from_logits(logits: chex.Array, needs, *, top_p: float) -> dict[str, chex.Array]:
+    """The per-token statistics `needs` (of `STATISTICS`), from the full logits [N, T, V], in
+    the order named: "entropy" `token_entropy`, "top_p_entropy" `top_p_entropy(p=top_p)`."""
+    compute = {"entropy": token_entropy, "logits": lambda x: x,
+               "top_p_entropy": lambda x: top_p_entropy(x, p=top_p)}
+    return {name: compute[name](logits) for name in needs}
+
+
+def as_regularizer(entry) -> EntropyRegularizer:
+    """A `REGULARIZERS` entry as an `EntropyRegularizer`: itself, or a plain function of the
+    logits, `entry(logits, mask, **hyperparams)`, wrapped as one that needs them."""
+    if isinstance(entry, EntropyRegularizer):
+        return entry
+    return EntropyRegularizer(lambda stats, mask, **kw: entry(stats["logits"], mask, **kw),
+                              needs=("logits",))
+
+
+def register_regularizer(name: str, *, needs: tuple[str, ...], token_mean: bool = False):
+    """Decorator: registers `fn(stats, mask, *, coef, top_p, quantile, anchor)` in
+    `REGULARIZERS` under `name`, needing the statistics `needs` (see `EntropyRegularizer`)."""
+    def decorator(fn):
+        REGULARIZERS.register(name, EntropyRegularizer(fn, tuple(needs), token_mean))
+        return fn
+
+    return decorator
+
+
+def per_token_regularizers() -> list[str]:
+    """The `REGULARIZERS` entries that work from per-token statistics (so chunk by chunk,
+    without the full logits); the others need the logits."""
+    return [n for n in REGULARIZERS if not as_regularizer(REGULARIZERS.get(n)).needs_logits]
 
 
 def regularizer_from_entropies(
     name: str, entropy: chex.Array, h_p: chex.Array | None, mask: chex.Array, *, coef: float,
-    quantile: float, anchor: chex.Array | float,
+    quantile: float, anchor: chex.Array | float, top_p: float = 0.9,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
-    """The `REGULARIZERS` entry `name` (one of `PER_TOKEN_REGULARIZERS`) from per-token
-    entropies; the registered entries are this function on the entropies of their logits.
-
-    entropy [N, T] is the full-vocabulary entropy with its gradient, h_p [N, T] the top-p
-    entropy (needed by "siren" only):
-
-        "none":  0
-        "naive": -coef * mean_m H                      (the baseline bonus)
-        "siren": coef * (H_bar - anchor)^2             (`siren_from_entropies`)
-    """
-    if name == "none":
-        return jnp.zeros((), jnp.float32), {}
-    if name == "naive":
-        bonus = -coef * _masked_mean(entropy, mask)
-        return bonus, {"entropy_reg": bonus}
-    if name == "siren":
-        penalty, metrics = siren_from_entropies(h_p, entropy, mask, quantile=quantile,
-                                                anchor=anchor, coef=coef)
-        return penalty, {"entropy_reg": penalty,
-                         **{k: v for k, v in metrics.items() if k != "entropy"}}
-    raise ValueError(f"entropy regulariser {name!r} needs the full logits; the per-token ones "
-                     f"are {', '.join(PER_TOKEN_REGULARIZERS)}")
+    """The `REGULARIZERS` entry `name` from per-token entropies: entropy [N, T] the
+    full-vocabulary entropy with its gradient, h_p [N, T] the top-p entropy (None when the
+    entry does not need it). An entry that needs the full logits is refused."""
+    entry = as_regularizer(REGULARIZERS.get(name))
+    if entry.needs_logits:
+        raise ValueError(f"entropy regulariser {name!r} needs the full logits; the per-token "
+                         f"ones are {', '.join(per_token_regularizers())}")
+    stats = {"entropy": entropy, "top_p_entropy": h_p}
+    return entry.fn({n: stats[n] for n in entry.needs}, mask, coef=coef, top_p=top_p,
+                    quantile=quantile, anchor=anchor)
 
 
 def naive_entropy_bonus(
@@ -192,42 +245,48 @@ def naive_entropy_bonus(
     return -coef * h, {"entropy": jax.lax.stop_gradient(h)}
 
 
-@REGULARIZERS.register("none")
-def no_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
+@register_regularizer("none", needs=())
+def no_entropy_reg(stats, mask, *, coef, top_p, quantile, anchor):
     """No regulariser: a zero penalty and no metrics."""
-    del logits, top_p
-    return regularizer_from_entropies("none", None, None, mask, coef=coef, quantile=quantile,
-                                      anchor=anchor)
+    del stats, mask, coef, top_p, quantile, anchor
+    return jnp.zeros((), jnp.float32), {}
 
 
-@REGULARIZERS.register("naive")
-def naive_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
-    """-coef * mean H over the valid tokens, as `naive_entropy_bonus` (top_p, quantile, anchor
-    unused)."""
+@register_regularizer("naive", needs=("entropy",), token_mean=True)
+def naive_entropy_reg(stats, mask, *, coef, top_p, quantile, anchor):
+    """The baseline bonus -coef * mean_m H over the valid tokens, as `naive_entropy_bonus`, with
+    the full entropy's gradient (top_p, quantile, anchor unused)."""
+    del top_p, quantile, anchor
+    bonus = -coef * _masked_mean(stats["entropy"], mask)
+    return bonus, {"entropy_reg": bonus}
+
+
+@register_regularizer("siren", needs=("entropy", "top_p_entropy"))
+def siren_entropy_reg(stats, mask, *, coef, top_p, quantile, anchor):
+    """`siren_from_entropies`, coef * (H_bar - anchor)^2 on the top-p entropies, with its
+    metrics except the full entropy (which the trainer logs for every regulariser)."""
     del top_p
-    return regularizer_from_entropies("naive", token_entropy(logits), None, mask, coef=coef,
-                                      quantile=quantile, anchor=anchor)
-
-
-@REGULARIZERS.register("siren")
-def siren_entropy_reg(logits, mask, *, coef, top_p, quantile, anchor):
-    """`siren_regularizer`, coef * (H_bar - anchor)^2, with its metrics except the full entropy
-    (which the trainer logs for every regulariser)."""
-    return regularizer_from_entropies("siren", token_entropy(logits),
-                                      top_p_entropy(logits, p=top_p), mask, coef=coef,
-                                      quantile=quantile, anchor=anchor)
+    penalty, metrics = siren_from_entropies(stats["top_p_entropy"], stats["entropy"], mask,
+                                            quantile=quantile, anchor=anchor, coef=coef)
+    return penalty, {"entropy_reg": penalty,
+                     **{k: v for k, v in metrics.items() if k != "entropy"}}
 
 
 __all__ = [
-    "PER_TOKEN_REGULARIZERS",
     "REGULARIZERS",
+    "STATISTICS",
+    "EntropyRegularizer",
+    "as_regularizer",
     "naive_entropy_bonus",
     "naive_entropy_reg",
     "no_entropy_reg",
     "peak_entropy_mask",
+    "per_token_regularizers",
+    "register_regularizer",
     "regularizer_from_entropies",
     "siren_entropy_reg",
     "siren_from_entropies",
     "siren_regularizer",
+    "statistics_from_logits",
     "top_p_entropy",
 ]
