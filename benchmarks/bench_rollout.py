@@ -37,18 +37,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import (
-    GRPOConfig,
-    GRPOTrainer,
-    SFTConfig,
-    SFTTrainer,
-    make_rollout_sampler,
-)
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, rollout_config
+from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler
+from jaxrl_suite.sampling.engines import make_engine
 
 ENGINES = {  # name: (refill, order); None = the static sampler
     "static": None,
@@ -117,7 +113,7 @@ def rollout_engines(model, params, prompt, mask, *, new_tokens, slots, repeats, 
 def warm_drafter(model, params, sft, task, cfg: GRPOConfig, *, steps: int, batch: int = 64):
     """A speculative rollout sampler whose drafter is distilled from `params` for `steps` steps
     on the task's solutions (the SFT data), as `LMStudy.warm_drafter`."""
-    sampler = make_rollout_sampler(model, cfg, sft.tokenizer, rng=jax.random.key(7))
+    sampler = make_engine(model, rollout_config(cfg), sft.tokenizer, rng=jax.random.key(7))
     for i in range(steps):
         examples = task.examples("train", 50_000 + i * batch, batch)
         sampler.distill(params, sft.solution_batch(examples), steps=1)

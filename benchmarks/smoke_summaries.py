@@ -28,8 +28,8 @@ TREE = Path(__file__).resolve().parent.parent  # the source tree this script bel
 
 # Leaves that differ between two runs of the same code: wall times, rates, paths, host facts.
 VOLATILE = re.compile(
-    r"(time|seconds|wall|elapsed|duration|per_s|_s$|_ms$|speed|throughput|tokens_s|date|host"
-    r"|path|dir|cpu|device|version|hostname|started|finished)", re.I)
+    r"((^|_)(time|seconds|wall|elapsed|duration|date|host|hostname|path|dir|cpu|devices?|version"
+    r"|started|finished|throughput|speed)(_|$)|(_s|_ms|per_s)$)", re.I)
 
 
 def experiment_names() -> list[str]:

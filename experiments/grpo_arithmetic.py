@@ -28,7 +28,7 @@ import time
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, SFTConfig
+from jaxrl_suite.algorithms.grpo import GRPOConfig
 from jaxrl_suite.algorithms.lm_study import (
     EvalConfig,
     LMStudy,
@@ -38,6 +38,7 @@ from jaxrl_suite.algorithms.lm_study import (
     eval_record,
     lm_keys,
 )
+from jaxrl_suite.algorithms.sft import SFTConfig
 from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import EvalOptions, Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics

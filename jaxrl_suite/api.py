@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, SFTConfig
+from jaxrl_suite.algorithms.grpo import GRPOConfig
 from jaxrl_suite.algorithms.lm_study import (
     EvalConfig,
     LMSections,
@@ -53,6 +53,7 @@ from jaxrl_suite.algorithms.lm_study import (
     TaskConfig,
     lm_keys,
 )
+from jaxrl_suite.algorithms.sft import SFTConfig
 from jaxrl_suite.core.config import ConfigError, from_dict, to_dict
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.core.metrics import WandbOptions, read_metrics, wandb_options, write_json
@@ -798,7 +799,7 @@ class GRPO(_Trainer):
 
 
 class SFT(_Trainer):
-    """Supervised fine-tuning on {"prompt", "completion"} records (`algorithms.grpo.SFTTrainer`
+    """Supervised fine-tuning on {"prompt", "completion"} records (`algorithms.sft.SFTTrainer`
     in an `LMStudy`): teacher forcing on completion + EOS. Its `model` can start a `GRPO`.
 
     Args as `GRPO`'s, except:

@@ -18,6 +18,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "masked_diffusion_objective", "sequence_estimates"
     ),
     "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
+    "dynamic_sampling": ("draw_until_full", "informative_groups", "pool_metrics", "select_groups"),
     "evaluate": ("maj_at_k", "majority_answer", "pass_at_k"),
     "executors": (
         "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
@@ -31,9 +32,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "classification_view", "evaluate_strategy", "label_texts", "needed_lengths", "ppl_scores"
     ),
     "grpo": (
-        "GRPOBatch", "GRPOConfig", "GRPOTrainState", "GRPOTrainer", "LMTrainer", "SFTConfig",
-        "SFTTrainer", "UNSET_ANCHOR", "VALIDATION_START", "carry_adam_moments", "drafter_config",
-        "draw_until_full", "informative_groups", "make_rollout_sampler", "pool_metrics"
+        "GRPOBatch", "GRPOConfig", "GRPOTrainState", "GRPOTrainer", "UNSET_ANCHOR",
+        "objective_hparams", "rollout_config"
     ),
     "iql": (
         "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"
@@ -69,6 +69,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "tmaze_task", "token_dim"
     ),
     "s3": ("GeneratorConfig", "QuestionPools", "SearchConfig", "SearchReward"),
+    "sft": ("VALIDATION_START", "LMTrainer", "SFTConfig", "SFTTrainer"),
     "value": ("ValueBatch", "ValueConfig", "ValueTrainer", "value_mse_loss"),
     "w2s": (
         "BINARY_VIEWS", "LABEL_TEXTS", "SUFFIX", "DataConfig", "LossConfig", "PretrainConfig",

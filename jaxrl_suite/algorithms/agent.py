@@ -45,8 +45,10 @@ import jax
 import numpy as np
 
 from jaxrl_suite.algorithms.dispatch import DISPATCH
+from jaxrl_suite.algorithms.dynamic_sampling import draw_until_full, pool_metrics
 from jaxrl_suite.algorithms.executors import make_executor
-from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer, draw_until_full, pool_metrics
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.sft import SFTTrainer
 from jaxrl_suite.core.config import Count, NonNegativeInt, check_fields
 from jaxrl_suite.core.parallel import host_local, shard_batch
 from jaxrl_suite.core.train import TrainState

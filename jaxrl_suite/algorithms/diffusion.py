@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, SFTTrainer
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
 from jaxrl_suite.algorithms.lm_study import LMStudy
+from jaxrl_suite.algorithms.sft import SFTTrainer
 from jaxrl_suite.core.config import (
     ConfigError,
     Count,

@@ -1,6 +1,6 @@
-"""SFT warm-up and GRPO for a causal LM on a verifiable text task.
+"""GRPO for a causal LM on a verifiable text task, from an SFT start (`algorithms.sft`).
 
-Both stages share one sequence layout and one generic train step (`core.train.make_train_step`):
+GRPO and SFT share one sequence layout and one generic train step (`core.train.make_train_step`):
 
     [ prompt, left-padded to P | completion, right-padded to N ]      tokens  [B, P+N]
 
@@ -31,15 +31,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, NamedTuple
+from collections.abc import Sequence
+from typing import Annotated, Literal, NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from jaxrl_suite.algorithms.dynamic_sampling import draw_until_full, pool_metrics
+from jaxrl_suite.algorithms.sft import LMTrainer
 from jaxrl_suite.core.config import (
     Count,
     NonNegative,
@@ -48,6 +49,7 @@ from jaxrl_suite.core.config import (
     Probability,
     Range,
     UnitInterval,
+    check_divides,
     check_fields,
 )
 from jaxrl_suite.core.parallel import (
@@ -64,15 +66,16 @@ from jaxrl_suite.core.parallel import (
 from jaxrl_suite.core.registry import UnknownNameError
 from jaxrl_suite.core.train import (
     TrainState,
+    carry_adam_moments,
     init_train_state,
     keep_finite,
     make_optimizer,
     make_train_step,
     map_rows,
+    micro_batch_count,
 )
-from jaxrl_suite.envs.text import Example, Task, format_reward
+from jaxrl_suite.envs.text import Example, format_reward
 from jaxrl_suite.envs.text.base import verdict_metrics
-from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.losses import (
     ADVANTAGES,
     POLICY_LOSSES,
@@ -88,7 +91,6 @@ from jaxrl_suite.losses.objective import (
     TokenStats,
     grpo_objective,
 )
-from jaxrl_suite.losses.sft import sft_loss
 from jaxrl_suite.losses.siren import (
     as_regularizer,
     per_token_regularizers,
@@ -97,8 +99,6 @@ from jaxrl_suite.losses.siren import (
     top_p_entropy,
 )
 from jaxrl_suite.models import CausalLM
-from jaxrl_suite.models.lm import LMConfig
-from jaxrl_suite.models.lora import trainable_of
 from jaxrl_suite.models.sequence import (
     SeqBatch,
     completion_embeddings,
@@ -106,46 +106,8 @@ from jaxrl_suite.models.sequence import (
     completion_token_map,
 )
 from jaxrl_suite.models.sharding import shard_tree
-from jaxrl_suite.sampling import (
-    ContinuousSampler,
-    GenerateOutput,
-    KVCacheSampler,
-    LMRunner,
-    Sampler,
-)
-from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
-
-# The first training-split index of the validation problems (`SFTConfig.stop_accuracy`): far
-# beyond any data cursor of a run, so a generated task's validation problems are fresh draws of
-# the training distribution (a small task's may repeat training problems; none is held out).
-VALIDATION_START = 10**7
-
-
-@dataclasses.dataclass(frozen=True)
-class SFTConfig:
-    steps: Count = 300  # teacher-forcing updates on task solutions
-    batch_size: Count = 64  # examples per update
-    lr: NonNegative = 1e-3  # peak AdamW learning rate (warm-up, then cosine to 10%)
-    warmup_steps: NonNegativeInt = 20  # linear warm-up steps
-    schedule_steps: Count | None = None  # cosine decay horizon (None = steps; larger = stop early)
-    weight_decay: NonNegative = 0.0  # AdamW weight decay
-    max_grad_norm: Positive = 1.0  # global-norm gradient clipping
-    # Memory (issue 17): rows per gradient micro-batch (0 = the whole batch; gradients are
-    # accumulated over batch_size / train_micro_batch micro-batches, same update), and positions
-    # per chunk of the output projection (0 = the full [B, T, V] logits; see losses/chunked.py).
-    train_micro_batch: NonNegativeInt = 0
-    logprob_chunk: NonNegativeInt = 0
-    # Early stopping on a validation set (for an RL start that is competent but leaves headroom):
-    # every stop_every steps, greedy accuracy on stop_examples training-split problems drawn far
-    # beyond the SFT's data cursor (`VALIDATION_START`; never the held-out split); SFT ends at the
-    # first check that reaches stop_accuracy (None = off: `steps` steps), at most `steps` steps.
-    stop_accuracy: UnitInterval | None = None
-    stop_every: Count = 10
-    stop_examples: Count = 256
-
-    def __post_init__(self):
-        check_fields(self, "sft.")  # the Ranges declared above
-        _check_divides(self, "sft", self.batch_size, "train_micro_batch")
+from jaxrl_suite.sampling import GenerateOutput, Sampler
+from jaxrl_suite.sampling.engines import RolloutConfig, make_engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,16 +193,10 @@ class GRPOConfig:
     # predicted class), a step whose label entropy over the batch (bits) falls below this is
     # logged as collapse=1 with a warning (0 = off; rewards.composite.collapse_report sums them).
     collapse_entropy: NonNegative = 0.0
-    # Rollout engine (issue 18), a drop-in `Sampler` with the same per-sequence keys:
-    #   "static"       KVCacheSampler: every row of the rollout decoded at once;
-    #   "continuous"   ContinuousSampler: `slots` KV-cache rows; refill "continuous" (a finished
-    #                  row's slot takes the next queued row at once) or "rounds" (micro sampling
-    #                  groups); rows queued by `schedule`: "fifo" | "sjf" | "lpt" on predicted
-    #                  lengths (sampling/schedule.py);
-    #   "speculative"  SpeculativeSampler: a drafter LM (drafter_layers x drafter_d_model)
-    #                  proposes draft_k tokens (None: tuned online), the policy verifies them;
-    #                  the drafter is distilled from the policy on each rollout (drafter_steps
-    #                  KD steps at drafter_lr, 0 = frozen; reward-weighted with drafter_reward_tau).
+    # Rollout engine (issue 18), a name in `sampling.engines.ENGINES` (which describes each):
+    # "static" (KVCacheSampler), "continuous" (ContinuousSampler: slots, refill, schedule) or
+    # "speculative" (SpeculativeSampler: draft_k, drafter_*), drop-in `Sampler`s with the same
+    # per-sequence keys; an option of one engine set on another is a config error.
     sampler: str = "static"
     slots: NonNegativeInt = 0
     refill: str = "continuous"
@@ -259,7 +215,7 @@ class GRPOConfig:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"grpo.lr_schedule must be one of {list(LR_SCHEDULES)}, got "
                              f"{self.lr_schedule!r}")
-        _check_divides(self, "grpo", self.prompts_per_step * self.group_size,
+        check_divides(self, "grpo", self.prompts_per_step * self.group_size,
                        "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch")
         if self.sampler_dtype not in (None, "float32", "bfloat16"):
             raise ValueError(f"grpo.sampler_dtype must be null, 'float32' or 'bfloat16', got "
@@ -274,34 +230,7 @@ class GRPOConfig:
             raise ValueError(f"grpo.entropy_reg={self.entropy_reg!r} needs the full logits: set "
                              f"grpo.logprob_chunk=0 (chunked: "
                              f"{', '.join(per_token_regularizers())})")
-        self._check_sampler()
-
-    def _check_sampler(self) -> None:
-        """One-line errors for the rollout engine's options (`sampler` and the fields that only
-        one engine takes)."""
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"grpo.sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for engine, names in _ENGINE_FIELDS.items():
-            for name in names:
-                if self.sampler != engine and getattr(self, name) != defaults[name]:
-                    raise ValueError(f"grpo.{name} applies to grpo.sampler={engine!r} only "
-                                     f"(grpo.sampler is {self.sampler!r})")
-        if self.sampler == "continuous":
-            if self.slots <= 0:
-                raise ValueError(f"grpo.sampler='continuous' needs grpo.slots > 0 (KV-cache "
-                                 f"rows), got {self.slots}")
-            if self.rollout_micro_batch:
-                raise ValueError("grpo.rollout_micro_batch does not apply to "
-                                 "grpo.sampler='continuous': its grpo.slots bound the rows")
-        if self.refill not in REFILLS:
-            raise ValueError(f"grpo.refill must be one of {list(REFILLS)}, got {self.refill!r}")
-        if self.schedule not in ORDERS:
-            raise ValueError(f"grpo.schedule must be one of {list(ORDERS)}, got "
-                             f"{self.schedule!r}")
-        if self.draft_k is not None and self.draft_k not in DRAFT_KS:
-            raise ValueError(f"grpo.draft_k must be null (adaptive) or one of {list(DRAFT_KS)}, "
-                             f"got {self.draft_k}")
+        rollout_config(self)  # one-line errors for the rollout engine's options
 
 
 def objective_hparams(c: GRPOConfig) -> ObjectiveHParams:
@@ -313,7 +242,7 @@ def objective_hparams(c: GRPOConfig) -> ObjectiveHParams:
         beta=c.beta, loss_type=c.loss_type, entropy_reg=c.entropy_reg,
         entropy_coef=c.entropy_coef, siren_top_p=c.siren_top_p, siren_quantile=c.siren_quantile,
         high_entropy_quantile=c.high_entropy_quantile, tis_cap=c.tis_cap,
-        micro_batches=_micro_batches(c.prompts_per_step * c.group_size, c.train_micro_batch))
+        micro_batches=micro_batch_count(c.prompts_per_step * c.group_size, c.train_micro_batch))
 
 
 def _check_scorer_config(c: GRPOConfig, sampler) -> None:
@@ -331,127 +260,14 @@ def _check_scorer_config(c: GRPOConfig, sampler) -> None:
                              f"scorer (a diffusion LM's): set it to {off!r}")
 
 
-SAMPLERS = ("static", "continuous", "speculative")  # grpo.sampler
 LR_SCHEDULES = ("constant", "cosine")  # grpo.lr_schedule
-DRAFT_KS = (0, 1, 2, 4, 8)  # the draft lengths the speculative sampler chooses among
-# The GRPOConfig fields that only one rollout engine takes.
-_ENGINE_FIELDS = {
-    "continuous": ("slots", "refill", "schedule"),
-    "speculative": ("draft_k", "drafter_layers", "drafter_d_model", "drafter_lr",
-                    "drafter_steps", "drafter_reward_tau"),
-}
 
 
-def informative_groups(rewards) -> np.ndarray:
-    """[B] bool: the groups of rewards [B, G] whose G rewards are not all equal, the ones a
-    group-relative advantage gives a gradient (DAPO's dynamic-sampling filter)."""
-    rewards = np.asarray(rewards)
-    return np.any(rewards != rewards[:, :1], axis=1)
-
-
-def select_groups(draws: Sequence[np.ndarray], b: int) -> tuple[list[tuple[int, int]], int]:
-    """DAPO's dynamic-sampling choice over the rewards [B_d, G] of successive draws: the
-    (draw, group) of the first `b` groups whose rewards are not all equal, in draw order, then
-    (when fewer are found) the first all-equal groups to fill the batch. Returns (chosen, filled):
-    the `b` places, of which the first `filled` hold informative groups."""
-    kept, spare = [], []
-    for d, rewards in enumerate(draws):
-        for i, informative in enumerate(informative_groups(rewards)):
-            (kept if informative else spare).append((d, i))
-    filled = min(len(kept), b)
-    return kept[:b] + spare[: b - filled], filled
-
-
-def draw_until_full(draw: Callable[[int], tuple[Any, np.ndarray]], max_draws: int, b: int):
-    """Dynamic sampling's loop, shared by every trainer: `draw(d) -> (payload, rewards [B, G])`
-    for d = 0, 1, ... until `b` groups whose rewards differ have been drawn or `max_draws` draws
-    are spent. Returns (payloads, rewards per draw, chosen, filled), the last two
-    `select_groups`'s."""
-    payloads, draws = [], []
-    for d in range(max_draws):
-        payload, rewards = draw(d)
-        payloads.append(payload)
-        draws.append(np.asarray(rewards))
-        if informative_groups(np.concatenate(draws)).sum() >= b:
-            break
-    return payloads, draws, *select_groups(draws, b)
-
-
-def pool_metrics(draws: Sequence[np.ndarray], filled: int, b: int) -> dict[str, float]:
-    """Dynamic sampling's metrics over every drawn group: kept_frac, draws, filled (the share
-    of the batch's groups that carry a gradient), reward, reward_std, zero_std_frac."""
-    pool = np.concatenate(draws)  # [draws * B, G]
-    std = pool.std(axis=1)
-    return {"kept_frac": float(np.mean(std > 0)), "draws": float(len(draws)),
-            "filled": filled / b, "reward": float(pool.mean()),
-            "reward_std": float(std.mean()), "zero_std_frac": float(np.mean(std == 0))}
-
-
-def carry_adam_moments(fresh, saved):
-    """The optimizer state `fresh` with its Adam state (`optax.ScaleByAdamState`: count, mu,
-    nu) replaced by the one in `saved`, another optimizer's state over the same params (e.g. the
-    SFT's, whose schedule differs). Everything else in `fresh` (the lr schedule's count) is kept.
-    Both must hold exactly one Adam state."""
-    def is_adam(x):
-        return isinstance(x, optax.ScaleByAdamState)
-
-    found = [x for x in jax.tree.leaves(saved, is_leaf=is_adam) if is_adam(x)]
-    targets = [x for x in jax.tree.leaves(fresh, is_leaf=is_adam) if is_adam(x)]
-    if len(found) != 1 or len(targets) != 1:
-        raise ValueError(f"carry_adam_moments: each optimizer state must hold one Adam state; "
-                         f"found {len(targets)} (fresh) and {len(found)} (saved)")
-    if jax.tree.structure(found[0]) != jax.tree.structure(targets[0]):
-        raise ValueError("carry_adam_moments: the two Adam states cover different params")
-    return jax.tree.map(lambda x: found[0] if is_adam(x) else x, fresh, is_leaf=is_adam)
-
-
-def _check_divides(config, section: str, rows: int, *names: str, shards: int = 1) -> None:
-    """Each row-count field (0 = off) divides the `rows` of a batch and is a multiple of the
-    mesh's `shards` (so every chunk spans every data shard); one-line errors naming both."""
-    for name in names:
-        n = getattr(config, name)
-        if n and rows % n:
-            raise ValueError(f"{section}.{name}={n} does not divide the {rows} rows of a batch")
-        if n and n % shards:
-            raise ValueError(f"{section}.{name}={n} is not a multiple of the {shards} batch "
-                             "shards of the mesh (data x fsdp)")
-
-
-def _micro_batches(rows: int, micro: int) -> int:
-    """Gradient micro-batches of a batch of `rows` rows at `micro` rows each (0 = one)."""
-    return rows // micro if micro else 1
-
-
-def drafter_config(model_config: LMConfig, c: GRPOConfig) -> LMConfig:
-    """The speculative sampler's drafter: the policy's tokenizer and options, with
-    grpo.drafter_layers blocks of width grpo.drafter_d_model (heads of 32, d_ff = 4 x width)."""
-    heads = max(1, c.drafter_d_model // 32)
-    return dataclasses.replace(
-        model_config, n_layers=c.drafter_layers, d_model=c.drafter_d_model, n_heads=heads,
-        n_kv_heads=heads, head_dim=None, d_ff=4 * c.drafter_d_model, scan_layers=False)
-
-
-def make_rollout_sampler(model: CausalLM, c: GRPOConfig, tokenizer: Tokenizer, *,
-                         drafter_params=None, rng: jax.Array | None = None) -> Sampler:
-    """The rollout `Sampler` that grpo.sampler names, with the config's options (see
-    `GRPOConfig`). For "speculative", `drafter_params` start the drafter (default: a random
-    drafter from `rng`, which the per-rollout distillation then trains)."""
-    ids = dict(max_new_tokens=c.max_new_tokens, eos_id=tokenizer.eos_id,
-               pad_id=tokenizer.pad_id, temperature=c.temperature, top_k=c.top_k, top_p=c.top_p)
-    if c.sampler == "continuous":
-        return ContinuousSampler(model, slots=c.slots, refill=c.refill, order=c.schedule, **ids)
-    if c.sampler == "speculative":
-        from jaxrl_suite.sampling.speculative import SpeculativeSampler
-
-        drafter = CausalLM(drafter_config(model.config, c))
-        if drafter_params is None:
-            rng = jax.random.key(0) if rng is None else rng
-            drafter_params = drafter.init(rng, jnp.zeros((1, 4), jnp.int32))
-        return SpeculativeSampler(
-            model, drafter, drafter_params, draft_k="auto" if c.draft_k is None else c.draft_k,
-            k_choices=DRAFT_KS, distill_lr=c.drafter_lr, distill_steps=c.drafter_steps,
-            reward_tau=c.drafter_reward_tau, **ids)
-    return KVCacheSampler(model, **ids)
+def rollout_config(c: GRPOConfig) -> RolloutConfig:
+    """The rollout engine's config (`sampling.engines`) from a GRPOConfig's grpo.sampler,
+    sampling settings and engine options; checks them (one-line errors naming the grpo. keys)."""
+    return RolloutConfig(**{f.name: getattr(c, f.name)
+                            for f in dataclasses.fields(RolloutConfig)})
 
 
 class GRPOBatch(NamedTuple):
@@ -485,91 +301,6 @@ class GRPOTrainState(TrainState):
     `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`)."""
 
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
-
-
-class LMTrainer(LMRunner):
-    """`sampling.LMRunner` (encoding, completion, scoring, evaluation) plus what the SFT and
-    GRPO stages train with: the trainable params and the state's placement on the mesh."""
-
-    def __init__(self, model: CausalLM, tokenizer: Tokenizer, task: Task, **kwargs):
-        """`LMRunner`'s arguments (mesh, prompt_len, max_new_tokens, samplers)."""
-        super().__init__(model, tokenizer, task, **kwargs)
-        # A LoRA model (models.lora.apply_lora) trains its adapters alone: the base is frozen
-        # (no gradient, no optimizer state) and checkpoints hold the adapters (`Checkpointer`).
-        self.trainable = trainable_of(model)
-
-    def place_state(self, state):
-        """The state on the mesh: params and optimizer state sharded by `models.sharding`'s
-        rules (over fsdp and tensor), replicated over data."""
-        return shard_tree(state, self.mesh)
-
-
-class SFTTrainer(LMTrainer):
-    """Teacher forcing on the task's solutions: token-level NLL of `solution + EOS`.
-
-    `objective` replaces that loss with another supervised objective of the same data that
-    needs randomness, `objective(params, seq, key) -> (loss, metrics)` with a key drawn per
-    step from the state's RNG (fold_in(rng, step)); e.g. the masked-diffusion loss of a
-    `DiffusionLM` (`algorithms.diffusion.masked_diffusion_objective`). Such an objective is a
-    mean over the whole batch, so it takes no gradient micro-batches."""
-
-    def __init__(self, model, tokenizer, task, config: SFTConfig, *, mesh, prompt_len,
-                 max_new_tokens, greedy_sampler: Sampler | None = None,
-                 eval_sampler: Sampler | None = None, objective=None):
-        super().__init__(model, tokenizer, task, mesh=mesh, prompt_len=prompt_len,
-                         max_new_tokens=max_new_tokens, greedy_sampler=greedy_sampler,
-                         eval_sampler=eval_sampler)
-        self.config = config
-        if objective is not None and (config.train_micro_batch or config.logprob_chunk):
-            raise ValueError("sft.train_micro_batch and sft.logprob_chunk do not apply to a "
-                             "custom SFT objective (a diffusion LM's): set them to 0")
-        self.optimizer = make_optimizer(
-            config.lr, warmup_steps=config.warmup_steps,
-            total_steps=config.schedule_steps or config.steps,
-            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        )
-
-        _check_divides(config, "sft", config.batch_size, "train_micro_batch",
-                       shards=batch_shards(mesh))
-
-        def loss_fn(params, seq: SeqBatch):
-            if config.logprob_chunk:
-                logp = completion_token_map(token_logprobs, model, params, seq,
-                                            chunk=config.logprob_chunk)
-            else:
-                logp = token_logprobs(completion_logits(model, params, seq), seq.completion)
-            return sft_loss(logp, seq.train_mask)
-
-        if objective is not None:
-            step = make_train_step(lambda params, inputs: objective(params, *inputs),
-                                   self.optimizer, trainable=self.trainable)
-
-            def keyed(state: TrainState, seq: SeqBatch):
-                key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-                return step(state, (seq, key))
-
-            self._update = jit_on_mesh(keyed, keep_placement=True,
-                                       compiler_options=gradient_compiler_options())
-            return
-        # sft_loss is a token mean: micro-batches weigh by their token counts.
-        self._update = jit_on_mesh(make_train_step(
-            loss_fn, self.optimizer,
-            micro_batches=_micro_batches(config.batch_size, config.train_micro_batch),
-            weight_fn=lambda seq: jnp.sum(seq.train_mask), sum_metrics=("tokens",),
-            trainable=self.trainable,
-        ), keep_placement=True, compiler_options=gradient_compiler_options())
-
-    def init_state(self, params, rng) -> TrainState:
-        return self.place_state(init_train_state(params, self.optimizer, rng,
-                                                 trainable=self.trainable))
-
-    def batch(self, cursor: int) -> list[Example]:
-        return self.task.examples("train", cursor, self.config.batch_size)
-
-    def step(self, state: TrainState, examples: Sequence[Example]) -> tuple[TrainState, dict]:
-        local = examples[process_rows(len(examples))]  # this process's rows of the global batch
-        seq = shard_batch(self.solution_batch(local), self.mesh)
-        return self._update(state, seq)
 
 
 class GRPOTrainer(LMTrainer):
@@ -608,12 +339,13 @@ class GRPOTrainer(LMTrainer):
         )
         c = config
         rows = c.prompts_per_step * c.group_size
-        _check_divides(c, "grpo", rows, "rollout_micro_batch", "logprob_micro_batch",
+        check_divides(c, "grpo", rows, "rollout_micro_batch", "logprob_micro_batch",
                        "train_micro_batch", shards=batch_shards(mesh))
         # The rollout's model: the same params, computed in grpo.sampler_dtype when it is set.
         self.sampler_model = model if c.sampler_dtype in (None, model.config.dtype) else CausalLM(
             dataclasses.replace(model.config, dtype=c.sampler_dtype))
-        self.sampler = sampler or make_rollout_sampler(self.sampler_model, c, tokenizer)
+        self.sampler = sampler or make_engine(self.sampler_model, rollout_config(c),
+                                              tokenizer)
         if c.sampler == "continuous" and c.slots % batch_shards(mesh):
             raise ValueError(f"grpo.slots={c.slots} is not a multiple of the "
                              f"{batch_shards(mesh)} batch shards of the mesh (data x fsdp)")

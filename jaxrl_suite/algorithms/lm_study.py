@@ -15,12 +15,14 @@ An LM experiment is a `Config` of these sections, a dict of variants and a resul
         study = LMStudy(NAME, cfg, opts, variants=("plain", "gspo"))
         sft = study.shared_sft()                          # one SFT checkpoint for every run
         def train(variant, seed, sft):
-            trainer = study.grpo(dataclasses.replace(cfg.grpo, policy_loss=variant), sft.params)
-            state = study.fit(trainer, trainer.init_state(sft.params, study.grpo_key(seed)),
-                              variant, seed)
+            config = dataclasses.replace(cfg.grpo, policy_loss=variant)
+            trainer = study.grpo_trainer(config, ref_params=sft.params)
+            state = study.fit_run(trainer, trainer.init_state(sft.params, study.grpo_key(seed)),
+                                  variant, seed, num_steps=config.steps)
             return study.evaluate(trainer, state.params)
-        results = study.run(train, sft)
-        ...
+        results = study.run(train, sft)                   # {run name: result}, resumable
+        stats = study.aggregate(results, ["greedy_accuracy", "sampled_accuracy"])
+        return study.finish({"variants": stats}, study.table(stats, ["greedy_accuracy"]))
 
 Every LM experiment takes every registered task (`task.name`, built through `envs.text.TASKS`,
 gsm8k and jsonl included) and a local Hugging Face checkpoint (`model.hf_path`).
@@ -39,17 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.agent import EpisodeSFT
-from jaxrl_suite.algorithms.grpo import (
-    VALIDATION_START,
-    GRPOConfig,
-    GRPOTrainer,
-    LMTrainer,
-    SFTConfig,
-    SFTTrainer,
-    drafter_config,
-    make_rollout_sampler,
-)
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, rollout_config
 from jaxrl_suite.algorithms.loop import fit_resumable
+from jaxrl_suite.algorithms.sft import VALIDATION_START, LMTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import (
     ConfigError,
@@ -72,6 +66,7 @@ from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkp
 from jaxrl_suite.models.lora import apply_lora, init_lora
 from jaxrl_suite.models.sharding import check_model_mesh
 from jaxrl_suite.sampling import KVCacheSampler, mcts
+from jaxrl_suite.sampling.engines import drafter_config, make_engine
 
 # Task options, passed to the task when set (None = the task's own default). A generator option
 # that the task does not take is left out (a YAML written for one task runs another with
@@ -420,12 +415,10 @@ class LMStudy(Study):
         to `prompt_len` tokens (default task.prompt_len; longer for partial-solution prompts)."""
         if config.max_new_tokens != self.cfg.grpo.max_new_tokens:
             raise ValueError("every GRPO variant of a study shares grpo.max_new_tokens")
-        if config.sampler == "static":
-            rollout = self.sampler(top_k=config.top_k, temperature=config.temperature,
-                                   top_p=config.top_p)
-        else:
-            rollout = make_rollout_sampler(self.lm.model, config, self.lm.tokenizer,
-                                           drafter_params=drafter_params)
+        rollout = make_engine(self.lm.model, rollout_config(config), self.lm.tokenizer,
+                              drafter_params=drafter_params, shared=self.sampler(
+                                  top_k=config.top_k, temperature=config.temperature,
+                                  top_p=config.top_p))
         return GRPOTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, config,
                            mesh=self.lm.mesh, prompt_len=prompt_len or self.cfg.task.prompt_len,
                            ref_params=ref_params, sampler=rollout, **self._eval_samplers())
@@ -435,10 +428,10 @@ class LMStudy(Study):
         """Drafter params for a speculative rollout engine: a fresh `drafter_config` model
         distilled (`SpeculativeSampler.distill`, forward KL to `params`) for `steps` steps on
         batches of the task's solutions, the SFT data. Deterministic in `seed`."""
-        drafter_cfg = drafter_config(self.lm.model.config, config)
-        init = CausalLM(drafter_cfg).init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
-        sampler = make_rollout_sampler(self.lm.model, config, self.lm.tokenizer,
-                                       drafter_params=init)
+        rc = rollout_config(config)
+        init = CausalLM(drafter_config(self.lm.model.config, rc)).init(
+            jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
+        sampler = make_engine(self.lm.model, rc, self.lm.tokenizer, drafter_params=init)
         sft = self.sft_trainer()
         for i in range(steps):
             examples = self.lm.task.examples("train", i * batch_size, batch_size)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import LMTrainer
+from jaxrl_suite.algorithms.sft import LMTrainer
 from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive, check_fields
 from jaxrl_suite.core.parallel import batch_shards, jit_on_mesh, process_rows, shard_batch
 from jaxrl_suite.core.registry import Registry

@@ -30,7 +30,7 @@ from typing import Annotated
 import numpy as np
 
 from jaxrl_suite.algorithms.agent import Episode, episode_segments
-from jaxrl_suite.algorithms.grpo import LMTrainer, SFTConfig
+from jaxrl_suite.algorithms.sft import LMTrainer, SFTConfig
 from jaxrl_suite.core.config import ConfigError, Count, Probability, Range, check_fields
 from jaxrl_suite.core.study import check_variants
 from jaxrl_suite.envs.text.base import Example

@@ -14,7 +14,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "config": (
         "ConfigError", "Count", "MISSING", "NonNegative", "NonNegativeInt", "Positive",
-        "Probability", "Range", "Seed", "UnitInterval", "check_fields", "config_changes",
+        "Probability", "Range", "Seed", "UnitInterval", "check_divides", "check_fields",
+        "config_changes",
         "from_dict", "load_config", "parse_override", "read_yaml", "to_dict"
     ),
     "exports": ("lazy_exports",),
@@ -39,8 +40,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "train": (
         "NonFiniteError", "ParamState", "TrainAndAgent", "TrainState", "apply_gradients",
-        "init_param_state", "init_train_state", "keep_finite", "make_optimizer", "make_train_step",
-        "map_rows", "merge_params", "split_params", "split_rows"
+        "carry_adam_moments", "init_param_state", "init_train_state", "keep_finite",
+        "make_optimizer", "make_train_step", "map_rows", "merge_params", "micro_batch_count",
+        "split_params", "split_rows"
     ),
 }
 __all__, _MODULE_OF, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -105,6 +105,18 @@ def check_fields(cfg, section: str = "") -> None:
                 _check_value(value, arg, name)
 
 
+def check_divides(config, section: str, rows: int, *names: str, shards: int = 1) -> None:
+    """Each row-count field (0 = off) divides the `rows` of a batch and is a multiple of the
+    mesh's `shards` (so every chunk spans every data shard); one-line errors naming both."""
+    for name in names:
+        n = getattr(config, name)
+        if n and rows % n:
+            raise ValueError(f"{section}.{name}={n} does not divide the {rows} rows of a batch")
+        if n and n % shards:
+            raise ValueError(f"{section}.{name}={n} is not a multiple of the {shards} batch "
+                             "shards of the mesh (data x fsdp)")
+
+
 def _union_args(tp) -> tuple:
     """The members of a union (Optional) annotation, else (tp,); None's type left out."""
     if typing.get_origin(tp) in (Union, types.UnionType):

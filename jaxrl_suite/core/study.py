@@ -4,10 +4,11 @@ An experiment that compares methods is a config, a dict of variants and a result
 study owns the rest:
 
     study = Study(NAME, opts, variants=("plain", "siren"), seeds=(0, 1, 2))
-    start = study.start(lambda seed: make_sft_checkpoint(seed))  # built once (or once per seed)
+    start = make_sft_checkpoint(study.seeds[0])                  # one start for every run
     results = study.run(lambda variant, seed, start: train_and_evaluate(variant, seed, start),
-                        start=start)
+                        start=start)       # or {seed: start} with per_seed_start=True
     stats = study.aggregate(results, ["accuracy", "pass@4"])     # mean, std and per-seed values
+    study.compare(stats, "siren", "plain", "accuracy")            # per-seed differences, Welch p
 
 Layout under `opts.out_dir`: `runs/VARIANT_sSEED/` holds a run's `metrics.jsonl` and, once it
 has finished, its `result.json`; `checkpoints/VARIANT_sSEED/` its checkpoints. With

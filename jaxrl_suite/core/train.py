@@ -318,3 +318,26 @@ def map_rows(fn: Callable, batch, chunk: int):
         raise ValueError(f"map_rows: chunk={chunk} does not divide the {rows} rows of the batch")
     chunks, join = split_rows(batch, rows // chunk)
     return merge_rows(jax.lax.map(lambda xs: fn(join(xs)), chunks))
+
+
+def micro_batch_count(rows: int, micro: int) -> int:
+    """Gradient micro-batches of a batch of `rows` rows at `micro` rows each (0 = one)."""
+    return rows // micro if micro else 1
+
+
+def carry_adam_moments(fresh, saved):
+    """The optimizer state `fresh` with its Adam state (`optax.ScaleByAdamState`: count, mu,
+    nu) replaced by the one in `saved`, another optimizer's state over the same params (e.g. the
+    SFT's, whose schedule differs). Everything else in `fresh` (the lr schedule's count) is kept.
+    Both must hold exactly one Adam state."""
+    def is_adam(x):
+        return isinstance(x, optax.ScaleByAdamState)
+
+    found = [x for x in jax.tree.leaves(saved, is_leaf=is_adam) if is_adam(x)]
+    targets = [x for x in jax.tree.leaves(fresh, is_leaf=is_adam) if is_adam(x)]
+    if len(found) != 1 or len(targets) != 1:
+        raise ValueError(f"carry_adam_moments: each optimizer state must hold one Adam state; "
+                         f"found {len(targets)} (fresh) and {len(found)} (saved)")
+    if jax.tree.structure(found[0]) != jax.tree.structure(targets[0]):
+        raise ValueError("carry_adam_moments: the two Adam states cover different params")
+    return jax.tree.map(lambda x: found[0] if is_adam(x) else x, fresh, is_leaf=is_adam)

@@ -155,20 +155,12 @@ def grpo_objective(
     mask = batch.mask
     logp = token_stats.logp
     old_logp = jax.lax.stop_gradient(logp) if batch.old_logp is None else batch.old_logp
-    if token_stats.entropy is None:  # log-prob estimates only: the policy loss alone
-        if hp.high_entropy_quantile is not None or regularizer.needs:
-            raise ValueError(f"entropy_reg={hp.entropy_reg!r} / high_entropy_quantile="
-                             f"{hp.high_entropy_quantile} need the token entropies")
-        tis_weights, tis_metrics = None, {}
-        if batch.sampler_logp is not None:
-            tis_weights, tis_metrics = tis_weight(old_logp, batch.sampler_logp, mask, hp.tis_cap)
-        loss, metrics = policy_loss(
-            logp, old_logp, batch.ref_logp, batch.advantages, mask, clip_eps=hp.clip_eps,
-            clip_eps_high=hp.clip_eps_high, beta=hp.beta, loss_type=hp.loss_type,
-            token_weights=batch.token_weights, entropy_mask=None,
-            **({} if tis_weights is None else {"pg_weights": tis_weights}))
-        return loss, (dict(metrics, **tis_metrics) if tis_metrics else metrics)
-    token_ent = jax.lax.stop_gradient(token_stats.entropy)  # [B, N], metrics / mask
+    token_ent = None  # [B, N], detached: metrics / mask
+    if token_stats.entropy is not None:
+        token_ent = jax.lax.stop_gradient(token_stats.entropy)
+    elif hp.high_entropy_quantile is not None or regularizer.needs:
+        raise ValueError(f"entropy_reg={hp.entropy_reg!r} / high_entropy_quantile="
+                         f"{hp.high_entropy_quantile} need the token entropies")
     entropy_mask = None
     if hp.high_entropy_quantile is not None:
         entropy_mask = peak_entropy_mask(token_ent, mask, quantile=hp.high_entropy_quantile)
@@ -181,6 +173,8 @@ def grpo_objective(
         token_weights=batch.token_weights, entropy_mask=entropy_mask,
         **({} if tis_weights is None else {"pg_weights": tis_weights}),
     )
+    if token_ent is None:  # log-prob estimates only (a diffusion LM's): the policy loss alone
+        return loss, dict(metrics, **tis_metrics)
     metrics = dict(metrics, entropy=masked_mean(token_ent, mask), **tis_metrics)
     if entropy_mask is not None:
         metrics["pg_token_frac"] = jnp.sum(entropy_mask) / jnp.maximum(jnp.sum(mask), 1)

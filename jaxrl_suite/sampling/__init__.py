@@ -1,12 +1,15 @@
-"""Generation and search: the `Sampler` protocol and its implementations, and the LM runtime on
-the host (`map_batches`, `LMRunner`)."""
+"""Generation and search: the `Sampler` protocol, its implementations and the registry that
+chooses the rollout engine (`ENGINES`, `make_engine`), and the LM runtime on the host
+(`map_batches`, `LMRunner`)."""
 
 from jaxrl_suite.sampling.base import GenerateOutput, Sampler
 from jaxrl_suite.sampling.continuous import ContinuousSampler
 from jaxrl_suite.sampling.diffusion import DiffusionSampler
+from jaxrl_suite.sampling.engines import ENGINES, RolloutConfig, make_engine
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 from jaxrl_suite.sampling.runner import LMRunner, answer_id, map_batches
 from jaxrl_suite.sampling.speculative import SpeculativeSampler
 
-__all__ = ["ContinuousSampler", "DiffusionSampler", "GenerateOutput", "KVCacheSampler", "LMRunner",
-           "Sampler", "SpeculativeSampler", "answer_id", "map_batches"]
+__all__ = ["ENGINES", "ContinuousSampler", "DiffusionSampler", "GenerateOutput", "KVCacheSampler",
+           "LMRunner", "RolloutConfig", "Sampler", "SpeculativeSampler", "answer_id", "make_engine",
+           "map_batches"]

@@ -11,7 +11,7 @@ every LM stage shares: the prompt / completion encoding (`models.sequence.SeqBat
 greedy or sampled completions (`complete`), teacher-forced log-probs of given completions
 (`score`), and the held-out evaluations: greedy accuracy (`evaluate`) and pass@k / maj@k of
 sampled completions (`evaluate_sampled`), all scored by the task's one entry point
-`Task.verify_batch`. The trainers (`algorithms.grpo.LMTrainer` and its subclasses) add training.
+`Task.verify_batch`. The trainers (`algorithms.sft.LMTrainer` and its subclasses) add training.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def test_ppl_scores_are_direct_logprob_sums(ppl_setup):
 def test_ppl_picks_the_label_a_trained_model_prefers(ppl_setup):
     """A model pushed (a few SFT steps on one label's completions) to answer "sky" is decoded
     to "sky" by ppl for every prompt, and free decoding agrees."""
-    from jaxrl_suite.algorithms.grpo import SFTConfig, SFTTrainer
+    from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 
     tok, model, params, task, trainer = ppl_setup
     sky = dataclasses.replace(task, base=_AlwaysSky())

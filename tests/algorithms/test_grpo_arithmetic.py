@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOTrainer, SFTTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.sft import SFTTrainer
 from jaxrl_suite.cli import SMOKE_NOTE, main
 from jaxrl_suite.core import metrics
 from jaxrl_suite.core.checkpoint import Checkpointer

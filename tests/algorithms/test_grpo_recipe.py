@@ -8,17 +8,13 @@ import numpy as np
 import optax
 import pytest
 
-from jaxrl_suite.algorithms.grpo import (
-    GRPOConfig,
-    GRPOTrainer,
-    SFTConfig,
-    SFTTrainer,
-    carry_adam_moments,
-    informative_groups,
-)
+from jaxrl_suite.algorithms.dynamic_sampling import informative_groups
+from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
 from jaxrl_suite.algorithms.loop import fit_resumable
+from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.metrics import MetricsLogger, read_metrics
 from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.train import carry_adam_moments
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms import grpo
+from jaxrl_suite.algorithms import grpo, sft
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
@@ -37,7 +37,7 @@ def test_evaluate_sampled_groups_samples_per_prompt():
         return SimpleNamespace(tokens=jnp.asarray(ids), mask=jnp.asarray(mask))
 
     model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
-    trainer = grpo.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
+    trainer = sft.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
                              max_new_tokens=24, eval_sampler=fake_sampler)
     got = trainer.evaluate_sampled(None, examples, n=4, ks=[1, 2, 4], temperature=0.7,
                                    top_p=0.9, batch_size=5, rng=jax.random.key(0))
@@ -59,7 +59,7 @@ def test_evaluate_sampled_runs_the_real_sampler_one_compile_per_shape():
     tok, task = load_tokenizer(), ArithmeticTask(digits=1)
     model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 8), np.int32))
-    trainer = grpo.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
+    trainer = sft.LMTrainer(model, tok, task, mesh=make_mesh(1), prompt_len=8,
                              max_new_tokens=6)
     assert isinstance(trainer.eval_sampler, KVCacheSampler) and trainer.greedy_sampler.greedy
     for temperature, top_p in [(1.0, 1.0), (0.6, 0.9), (1.4, 1.0)]:

@@ -1,0 +1,62 @@
+"""The rollout-engine registry (sampling/engines.py): each name builds its engine with the
+config's options, one place checks them, and a new engine is one function and a registry line.
+Nothing here compiles (the engines trace on their first call)."""
+
+import pytest
+
+from jaxrl_suite.algorithms.grpo import GRPOConfig, rollout_config
+from jaxrl_suite.envs.text.tokenizer import load_tokenizer
+from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler, SpeculativeSampler
+from jaxrl_suite.sampling.engines import ENGINES, RolloutConfig, make_engine
+
+TOK = load_tokenizer()
+MODEL = CausalLM(LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2,
+                          n_kv_heads=2, d_ff=64, max_len=64))
+
+
+def test_each_engine_is_built_with_the_configs_options():
+    static = make_engine(MODEL, rollout_config(GRPOConfig(temperature=0.7, top_k=5)), TOK)
+    assert isinstance(static, KVCacheSampler)
+    assert (static.temperature, static.top_k) == (pytest.approx(0.7), 5)
+    cont = make_engine(MODEL, rollout_config(GRPOConfig(sampler="continuous", slots=4,
+                                                        schedule="lpt")), TOK)
+    assert isinstance(cont, ContinuousSampler) and cont.slots == 4
+    spec = make_engine(MODEL, rollout_config(GRPOConfig(sampler="speculative", draft_k=2,
+                                                        drafter_d_model=32)), TOK)
+    assert isinstance(spec, SpeculativeSampler) and spec.draft_k == 2
+    assert spec.drafter.config.d_model == 32 and spec.drafter.config.n_layers == 1
+    shared = KVCacheSampler(MODEL, max_new_tokens=8, eos_id=TOK.eos_id, pad_id=TOK.pad_id)
+    assert make_engine(MODEL, RolloutConfig(), TOK, shared=shared) is shared
+    assert isinstance(make_engine(MODEL, RolloutConfig(sampler="continuous", slots=2), TOK,
+                                  shared=shared), ContinuousSampler)  # shared: static only
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(sampler="vllm"), "grpo.sampler must be one of"),
+    (dict(slots=4), "grpo.slots applies to grpo.sampler='continuous' only"),
+    (dict(sampler="continuous"), "needs grpo.slots > 0"),
+    (dict(sampler="continuous", slots=4, rollout_micro_batch=8),
+     "rollout_micro_batch does not apply"),
+    (dict(sampler="speculative", draft_k=3), "grpo.draft_k must be null"),
+])
+def test_one_line_errors_name_the_grpo_key(fields, match):
+    with pytest.raises(ValueError, match=match):
+        RolloutConfig(**fields)
+    with pytest.raises(ValueError, match=match):  # GRPOConfig checks through rollout_config
+        GRPOConfig(**fields)
+
+
+def test_a_new_engine_is_one_function_and_a_registry_line():
+    @ENGINES.register("echo_static")
+    def echo(model, c, tokenizer, **_):
+        return KVCacheSampler(model, max_new_tokens=c.max_new_tokens, eos_id=tokenizer.eos_id,
+                              pad_id=tokenizer.pad_id, greedy=True)
+
+    try:
+        sampler = make_engine(MODEL, RolloutConfig(sampler="echo_static", max_new_tokens=6), TOK)
+        assert isinstance(sampler, KVCacheSampler) and sampler.greedy
+    finally:
+        ENGINES.unregister("echo_static")
+    with pytest.raises(ValueError, match="grpo.sampler must be one of"):
+        RolloutConfig(sampler="echo_static")
