@@ -13,12 +13,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "AgentConfig", "AgentTrainer", "Episode", "EpisodeRunner", "EpisodeSFT", "ParamStore",
         "episode_metrics", "episode_segments", "expert_episodes", "init_episode", "score_episode"
     ),
+    "cosmos": ("PlotScorer", "PlotSearchConfig"),
     "diffusion": (
         "DiffusionConfig", "DiffusionScorer", "DiffusionStudy", "estimator_variance",
         "masked_diffusion_objective", "sequence_estimates"
     ),
     "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
-    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k"),
+    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k", "ranking_agreement"),
     "executors": (
         "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
     ),

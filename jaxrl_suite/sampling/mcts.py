@@ -338,6 +338,28 @@ def search(prompt: str, expand_fn: ExpandFn, config: MCTSConfig = DECODING_CONFI
     return search_batch([prompt], expand_fn, config, value_fn=value_fn, reward_fn=reward_fn)[0]
 
 
+def preference_pairs(results: Sequence[SearchResult], margin: float
+                     ) -> list[tuple[str, str, str]]:
+    """(state, chosen, rejected) preference pairs from searched trees (COS(M+O)S's ORPO data,
+    Materzok 2025, arXiv 2501.17104): at every node with at least two children that own samples,
+    the first sample's continuation (its text after the node's state) of the highest-V child
+    against that of the lowest-V child (the first child of each in creation order on ties),
+    kept when V_hi - V_lo >= `margin` and neither continuation is blank. Trees in order, nodes
+    in pre-order."""
+    out = []
+    for result in results:
+        for node in walk(result.root):
+            kids = [c for c in node.children.values() if c.programs]
+            if len(kids) < 2:
+                continue
+            hi, lo = max(kids, key=lambda c: c.value), min(kids, key=lambda c: c.value)
+            chosen = hi.programs[0][len(node.state):]
+            rejected = lo.programs[0][len(node.state):]
+            if hi.value - lo.value >= margin and chosen.strip() and rejected.strip():
+                out.append((node.state, chosen, rejected))
+    return out
+
+
 def prm_scores(prompt: str, samples: Sequence[Sample], value_fn: ScoreFn) -> np.ndarray:
     """PRM score [S] of each sample: min over its line prefixes p of value_fn(prompt + p) (an
     empty sample scores value_fn(prompt)); one batched value_fn call."""
@@ -385,6 +407,7 @@ def best_of_n(prompts: Sequence[str], expand_fn: ExpandFn,
 
 __all__ = [
     "COLLECTION_CONFIG", "DECODING_CONFIG", "BestOfN", "MCTSConfig", "Node", "Sample",
-    "SearchResult", "answer", "best_of_n", "line_prefixes", "orm_scores", "prm_scores", "search",
-    "search_batch", "select", "split_first_line", "uct", "value_targets", "walk",
+    "SearchResult", "answer", "best_of_n", "line_prefixes", "orm_scores", "preference_pairs",
+    "prm_scores", "search", "search_batch", "select", "split_first_line", "uct", "value_targets",
+    "walk",
 ]
