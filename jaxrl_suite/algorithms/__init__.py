@@ -69,6 +69,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "dataset_tokens", "evaluate_seeds", "fit_seeds", "make_tokens", "popgym_task",
         "tmaze_task", "token_dim"
     ),
+    "rest": (
+        "DECODERS", "VARIANTS", "RestConfig", "RestSearchConfig", "decoding_comparison",
+        "rest_dpo_trainer", "rest_grpo_task"
+    ),
     "s3": ("GeneratorConfig", "QuestionPools", "SearchConfig", "SearchReward"),
     "value": ("ValueBatch", "ValueConfig", "ValueTrainer", "value_mse_loss"),
     "w2s": (

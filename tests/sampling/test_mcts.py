@@ -18,6 +18,7 @@ from jaxrl_suite.sampling.mcts import (
     Sample,
     SearchResult,
     best_of_n,
+    decode_at_budgets,
     line_prefixes,
     orm_scores,
     preference_pairs,
@@ -222,6 +223,34 @@ def _child(parent: Node, line: str, value: float, programs: list[str]) -> Node:
                 value_count=1)
     parent.children[(line, False)] = node
     return node
+
+
+def test_decode_at_budgets_equals_the_decoders_called_one_by_one():
+    """Each decoder at each budget is its direct call, in decoder-then-budget order (the
+    pseudo-random LM is stateless, so the calls may be repeated for the reference)."""
+    prompts, budgets = [P, "Q\n"], [6, 12]
+    vm, orm = _table_fn({"P\na\n": 0.7, "P\nb\n": 0.2}, 0.5), _table_fn({}, 0.3)
+    config = MCTSConfig(iterations=3, c=0.1, eps=0.1, num_samples=2)
+    got = decode_at_budgets(prompts, _hash_expand(), budgets, vm_fn=vm, orm_fn=orm, config=config)
+    assert list(got) == ["orm_bon", "prm_bon", "orm_mcts", "vm_mcts"]
+    for name, picks in got.items():
+        assert len(picks) == len(budgets)
+        for budget, pick in zip(budgets, picks, strict=True):
+            if name.endswith("bon"):
+                score = (functools.partial(orm_scores, orm_fn=orm) if name == "orm_bon" else
+                         functools.partial(prm_scores, value_fn=vm))
+                want = best_of_n(prompts, _hash_expand(), score, budget)
+                assert pick == want
+            else:
+                want = search_batch(prompts, _hash_expand(),
+                                    dataclasses.replace(config, token_budget=budget),
+                                    value_fn=orm if name == "orm_mcts" else vm)
+                assert [(x.program, x.value, x.tokens) for x in pick] == \
+                    [(x.program, x.value, x.tokens) for x in want]
+    assert list(decode_at_budgets(prompts, _hash_expand(), [6], vm_fn=vm, orm_fn=orm,
+                                  decoders=("vm_mcts",))) == ["vm_mcts"]
+    with pytest.raises(ValueError, match="unknown decoders"):
+        decode_at_budgets(prompts, _hash_expand(), [6], vm_fn=vm, orm_fn=orm, decoders=("x",))
 
 
 def test_preference_pairs_on_a_hand_built_tree():
