@@ -178,18 +178,6 @@ class LMRunner:
         tokens, mask = map_batches(run, examples, batch_size=batch_size, mesh=self.mesh)
         return self.tokenizer.decode_batch(tokens, mask), mask.sum(axis=1)
 
-    def greedy_completions(self, params, examples: Sequence[Example], *,
-                           batch_size: int) -> tuple[list[str], np.ndarray]:
-        """`complete` greedily; kept for experiments/cosmos_mcts_orpo.py (new code: complete)."""
-        return self.complete(params, examples, batch_size=batch_size)
-
-    def sampled_completions(self, params, examples: Sequence[Example], *, batch_size: int,
-                            rng: jax.Array, temperature: float = 1.0, top_p: float = 1.0
-                            ) -> tuple[list[str], np.ndarray]:
-        """`complete` with a key; kept for experiments/cosmos_mcts_orpo.py (new code: complete)."""
-        return self.complete(params, examples, batch_size=batch_size, rng=rng,
-                             temperature=temperature, top_p=top_p)
-
     def score(self, params, examples: Sequence[Example], completions: Sequence[str] | None = None,
               *, logprob_fn: Callable, batch_size: int | None = None, eos: bool = True
               ) -> tuple[np.ndarray, np.ndarray]:
