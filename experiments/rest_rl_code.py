@@ -180,7 +180,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                               ylabel="mean within-group reward variance",
                               title="reward variance of GRPO's batches")
         _plot_decoding(decoding, opts.out_dir / "decoding.png")
-        (opts.out_dir / "decoding.md").write_text(_decoding_table(decoding))
+        (opts.out_dir / "decoding.md").write_text(_decoding_table(study, decoding))
     for name, row in (claims or {}).items():
         print0(f"[{NAME}] {name}: {format_numbers(row)}")
     return study.finish({
@@ -213,16 +213,16 @@ def _claims(stats: dict, decoding: dict, variants) -> dict:
     return out
 
 
-def _decoding_table(decoding: dict) -> str:
-    budgets = decoding["budgets"]
-    head = "| decoder | " + " | ".join(f"{b} tokens" for b in budgets) + " |\n"
-    head += "|---|" + "---|" * len(budgets) + "\n"
-    for name, row in decoding["decoders"].items():
-        cells = [f"{a:.3f} ({t:.0f} tok)" for a, t in zip(row["accuracy"], row["tokens"],
-                                                        strict=True)]
-        cells += [cells[0]] * (len(budgets) - len(cells))  # greedy: one budget-free point
-        head += f"| {name} | " + " | ".join(cells) + " |\n"
-    return head
+def _decoding_table(study, decoding: dict) -> str:
+    """Per decoder, its held-out strict accuracy and mean generated tokens at each budget
+    (greedy: its one budget-free point in every column)."""
+    cells = {name: [f"{a:.3f} ({t:.0f} tok)" for a, t in zip(row["accuracy"], row["tokens"],
+                                                           strict=True)]
+             for name, row in decoding["decoders"].items()}
+    return study.table({name: {str(b): c[min(i, len(c) - 1)]
+                               for i, b in enumerate(decoding["budgets"])}
+                        for name, c in cells.items()},
+                       {str(b): f"{b} tokens" for b in decoding["budgets"]}, label="decoder")
 
 
 def _plot_decoding(decoding: dict, path) -> None:
