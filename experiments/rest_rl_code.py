@@ -11,96 +11,48 @@ ORM-MCTS at the same number of generated tokens.
     jaxrl-suite run rest_rl_code --smoke    # seconds; what the tests run
     jaxrl-suite run rest_rl_code --resume   # a killed run continues where it stopped
 
-One SFT checkpoint on the code task (`envs/text/code.py`; rewards from the sandbox) starts every
-run; the control beside them is the same SFT continued for grpo.steps more steps. Variants,
-`rest.rounds` rounds each:
+One SFT checkpoint on the code task (`envs/text/code.py`) starts every run; the control is the
+same SFT continued for grpo.steps more steps. Variants, `rest.rounds` rounds each (docs/rest_rl.md):
   grpo       GRPO on the task's problems, grpo.steps // rounds steps a round;
-  rest_grpo  each round samples rest.samples completions of rest.problems training problems with
-             the current policy, keeps the problems whose reward std >= rest.min_std and adds
-             partial-solution prompts from their best samples (`curricula.rest`), then runs the
-             same GRPO steps on that list (`ExampleList`);
-  rest_dpo   the same samples; DPO (`algorithms.preference`) on each kept problem's (best,
-             worst) pair, rest.dpo_steps steps a round, the reference being the round's start.
-Then, on the run with the best held-out strict accuracy: MCTS in collection mode (verified
-rewards, c = 0.2) on search.collect_problems training problems gives value targets for the value
-model (VM) and finished programs with their rewards for an outcome reward model (ORM), both
-`ValueLM`s warm-started from the policy; the five decoders run on search.problems held-out
-problems at each of search.budgets generated tokens per problem.
+  rest_grpo  each round samples rest.samples completions of rest.problems training problems,
+             keeps those whose reward std >= rest.min_std, adds partial-solution prompts from
+             their best samples (`curricula.rest`) and runs the same GRPO steps on that list;
+  rest_dpo   the same samples; DPO on each kept problem's (best, worst) pair, rest.dpo_steps
+             steps a round, the reference being the round's start.
+Then, on the run with the best held-out strict accuracy: collection-mode MCTS (verified rewards,
+c = 0.2) gives the value model's (VM) targets and the outcome model's (ORM) finished programs,
+both `ValueLM`s warm-started from the policy; greedy and `mcts.decode_at_budgets`'s decoders run
+on search.problems held-out problems at each of search.budgets generated tokens per problem.
 Writes summary.json, table.md, decoding.md, variance.png and decoding.png.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 import time
-from typing import Annotated
 
 import jax
 import numpy as np
 
 from jaxrl_suite.algorithms import lm_study as kit
-from jaxrl_suite.algorithms.preference import PreferenceConfig, PreferencePair, PreferenceTrainer
-from jaxrl_suite.algorithms.value import ValueConfig, ValueTrainer
-from jaxrl_suite.core.config import (
-    Count,
-    NonNegative,
-    Range,
-    UnitInterval,
-    check_fields,
-    to_dict,
+from jaxrl_suite.algorithms.preference import PreferenceTrainer
+from jaxrl_suite.algorithms.rest import (
+    RestConfig,
+    RestSearchConfig,
+    decoding_comparison,
+    rest_dpo_trainer,
+    rest_grpo_task,
 )
+from jaxrl_suite.core.config import to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import pyplot, read_metrics, save_figure
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants, format_numbers
-from jaxrl_suite.curricula.rest import filter_stats, keep_problem, rest_grpo_prompts
-from jaxrl_suite.envs.text import ExampleList
-from jaxrl_suite.models.value import ValueLM, init_from_policy
-from jaxrl_suite.sampling import mcts
+from jaxrl_suite.core.study import format_numbers
+from jaxrl_suite.curricula.rest import filter_stats
 from jaxrl_suite_experiments import CONFIGS
 
 NAME = "rest_rl_code"
-VARIANTS = ("grpo", "rest_grpo", "rest_dpo")
-DECODERS = ("greedy", "orm_bon", "prm_bon", "orm_mcts", "vm_mcts")
-
-
-@dataclasses.dataclass(frozen=True)
-class RestConfig:
-    names: tuple[str, ...] = VARIANTS
-    rounds: Count = 2  # data collection rounds per run
-    problems: Count = 64  # training problems sampled per round
-    samples: Annotated[int, Range(ge=2)] = 5  # completions per problem (ReST-RL's n)
-    min_std: NonNegative = 0.05  # keep a problem iff its reward std (population) >= this
-    # partial prompts from best samples scoring >= this (a reward: any finite value)
-    best_threshold: Annotated[float, Range()] = 0.9
-    frac: UnitInterval = 0.5  # ceil(frac * L) prefixes drawn per best sample of L lines
-    decay: UnitInterval = 0.95  # prefix of j lines drawn with weight decay ** j (1: uniform)
-    dpo: PreferenceConfig = PreferenceConfig(loss="dpo", lr=1e-4, batch_size=16, steps=10)
-
-    def __post_init__(self):
-        check_fields(self, "rest.")  # the Ranges declared above
-        check_variants(self.names, VARIANTS, "rest.names")
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchConfig:
-    collect_problems: Count = 32  # training problems searched for value targets
-    collect_iterations: Count = 20  # MCTS iterations per problem (paper: 100)
-    value: ValueConfig = ValueConfig(steps=300, batch_size=32, lr=1e-3)
-    problems: Count = 32  # held-out problems of the decoding comparison
-    budgets: tuple[Count, ...] = (400, 800, 1600)  # generated tokens per problem
-    iterations: Count = 15  # VM-MCTS / ORM-MCTS iterations at test time (paper: 15)
-    c: NonNegative = 0.1  # exploration constant at test time (paper: 0.1)
-    batch_size: Count = 64  # rows per sampler call of the search
-    decoders: tuple[str, ...] = DECODERS
-
-    def __post_init__(self):
-        check_fields(self, "search.")  # the Ranges declared above
-        check_variants(self.decoders, DECODERS, "search.decoders")
-        if not self.budgets:
-            raise ValueError("search.budgets must not be empty")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +62,7 @@ class Config:
     sft: kit.SFTConfig = kit.SFTConfig()
     grpo: kit.GRPOConfig = kit.GRPOConfig(group_size=5, max_new_tokens=80)
     rest: RestConfig = RestConfig()
-    search: SearchConfig = SearchConfig()
+    search: RestSearchConfig = RestSearchConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=128)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
@@ -172,9 +124,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                                         lambda r=r, p=params: collect(p, seed, r))
                     problems = task.examples("train", data["start"], c.problems)
                     filters.append(filter_stats(data["rewards"], min_std=c.min_std))
-                    trainer = (_rest_task_trainer(rest_grpo, task, problems, data, c, seed, r)
+                    trainer = (rest_grpo_task(rest_grpo, task, problems, data, c, seed, r)
                                if variant == "rest_grpo" else
-                               _dpo_trainer(dpo, problems, data, c, params))
+                               rest_dpo_trainer(dpo, problems, data, c, params))
                 if variant == "rest_dpo":
                     init = trainer.init_state(params, jax.random.fold_in(study.grpo_key(seed), r))
                 elif state is None:
@@ -210,10 +162,13 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     print0(f"[{NAME}] SFT: {format_numbers(sft_eval)}; continued SFT: "
            f"{format_numbers(sft_more)}")
     best = max(results.values(), key=lambda r: (r["strict_accuracy"], r["pass_rate"]))
-    best_params = _restore(study, {"grpo": grpo, "rest_grpo": rest_grpo, "rest_dpo": dpo},
-                           best, cfg)
+    trainer = {"grpo": grpo, "rest_grpo": rest_grpo, "rest_dpo": dpo}[best["variant"]]
+    best_params = study.restore(  # the best run's last round's checkpoint
+        trainer, trainer.init_state(study.lm.params, study.grpo_key(best["seed"])),
+        study.checkpoint_dir(best["variant"], best["seed"]) / f"round{cfg.rest.rounds - 1}").params
     decoding = study.cached(opts.out_dir / "decoding.json",
-                            lambda: _decoding(study, cfg, best_params, long_prompt))
+                            lambda: decoding_comparison(study, cfg.search, best_params,
+                                                        long_prompt))
     claims = None
     if jax.process_index() == 0:
         claims = _claims(stats, decoding, study.variants)
@@ -225,7 +180,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                               ylabel="mean within-group reward variance",
                               title="reward variance of GRPO's batches")
         _plot_decoding(decoding, opts.out_dir / "decoding.png")
-        (opts.out_dir / "decoding.md").write_text(_decoding_table(decoding))
+        (opts.out_dir / "decoding.md").write_text(_decoding_table(study, decoding))
     for name, row in (claims or {}).items():
         print0(f"[{NAME}] {name}: {format_numbers(row)}")
     return study.finish({
@@ -235,115 +190,6 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         "wall_time_s": time.perf_counter() - t_start, "resumed": opts.resume,
         "config": to_dict(cfg)},
         study.table(stats, keys, first={"SFT": sft_eval, "SFT continued": sft_more}))
-
-
-def _rest_task_trainer(trainer, task, problems, data, c: RestConfig, seed: int, r: int):
-    """ReST-GRPO: the round's GRPO on the kept problems plus the partial-solution prompts."""
-    rng = np.random.default_rng([seed, r, 7])
-    kept, partial = rest_grpo_prompts([e.prompt for e in problems], data["texts"],
-                                      data["rewards"], rng, min_std=c.min_std,
-                                      best_threshold=c.best_threshold, frac=c.frac,
-                                      decay=c.decay)
-    examples = [problems[i] for i in kept]
-    examples += [dataclasses.replace(problems[i], prompt=prompt) for i, prompt in partial]
-    if not examples:  # nothing varies: the round trains on its problems as they are
-        examples = list(problems)
-    return trainer.with_task(ExampleList(task, tuple(examples), seed=seed * 1000 + r))
-
-
-def _dpo_trainer(trainer, problems, data, c: RestConfig, params):
-    """ReST-DPO: (best, worst) pairs of the kept problems' samples; the round's start is the
-    reference."""
-    pairs = []
-    for ex, texts, rewards in zip(problems, data["texts"], data["rewards"], strict=True):
-        if keep_problem(rewards, c.min_std):
-            pairs.append(PreferencePair(ex, texts[int(np.argmax(rewards))],
-                                        texts[int(np.argmin(rewards))]))
-    other = trainer.with_task(trainer.task)
-    other.pairs = pairs or [PreferencePair(problems[0], data["texts"][0][0],
-                                           data["texts"][0][0])]  # no pair: a no-op margin
-    other.ref_params = params
-    return other
-
-
-def _restore(study, trainers: dict, best: dict, cfg: Config):
-    """The final params of the best run (its last round's checkpoint)."""
-    variant, seed = best["variant"], best["seed"]
-    trainer = trainers[variant]
-    return study.restore(trainer, trainer.init_state(study.lm.params, study.grpo_key(seed)),
-                         study.checkpoint_dir(variant, seed) / f"round{cfg.rest.rounds - 1}").params
-
-
-def _decoding(study, cfg: Config, params, long_prompt: int) -> dict:
-    """Value targets by collection-mode MCTS, the VM and ORM, then the five decoders at each
-    token budget on held-out problems (strict accuracy: every hidden test passes)."""
-    s, task = cfg.search, study.lm.task
-    searcher = study.lm_trainer(prompt_len=long_prompt)
-    expand_fn = study.expand_fn(params, prompt_len=long_prompt, batch_size=s.batch_size,
-                                rng=jax.random.PRNGKey(study.start_seed + 7))
-
-    def verify(programs, problems):
-        by_prompt = {e.prompt: e for e in problems}
-        exs = [next(e for p, e in by_prompt.items() if prog.startswith(p)) for prog in programs]
-        return task.verify_batch([p[len(e.prompt):] for p, e in zip(programs, exs, strict=True)],
-                                 exs).scores
-
-    t0 = time.perf_counter()
-    train_problems = task.examples("train", 10_000, s.collect_problems)
-    finished: list[tuple[str, float]] = []
-
-    def reward_fn(programs):
-        scores = verify(programs, train_problems)
-        finished.extend(zip(programs, scores, strict=True))
-        return np.asarray(scores, np.float32)
-
-    collect_cfg = mcts.MCTSConfig(iterations=s.collect_iterations, c=0.2, eps=0.1)
-    found = mcts.search_batch([e.prompt for e in train_problems], expand_fn, collect_cfg,
-                              reward_fn=reward_fn)
-    targets = [t for f in found for t in f.targets]
-    vm_model = ValueLM(study.lm.model.config)
-    value_fns = {}
-    for name, data in (("vm", targets), ("orm", finished)):
-        trainer = ValueTrainer(vm_model, study.lm.tokenizer, s.value, mesh=study.lm.mesh,
-                               state_len=long_prompt)
-        init = init_from_policy(vm_model.init(jax.random.PRNGKey(11), *trainer.encode(["x"])),
-                                params)
-        state, history = trainer.fit(trainer.init_state(init, jax.random.PRNGKey(12)),
-                                     [d[0] for d in data], np.array([d[1] for d in data]),
-                                     steps=s.value.steps, seed=study.start_seed)
-        value_fns[name] = trainer.value_fn(state.params)
-    collect_time = time.perf_counter() - t0
-
-    problems = task.examples("test", 0, s.problems)
-    prompts = [e.prompt for e in problems]
-
-    def strict(programs):
-        return float(np.mean([x == 1.0 for x in verify(programs, problems)]))
-
-    out = {"targets": len(targets), "orm_programs": len(finished),
-           "collect_time_s": collect_time, "budgets": list(s.budgets), "decoders": {}}
-    if "greedy" in s.decoders:
-        texts, lengths = searcher.complete(params, problems, batch_size=s.batch_size)
-        out["decoders"]["greedy"] = {
-            "accuracy": [strict([p + t for p, t in zip(prompts, texts, strict=True)])],
-            "tokens": [float(lengths.mean())]}
-    test_cfg = functools.partial(mcts.MCTSConfig, iterations=s.iterations, c=s.c, eps=0.1)
-    scorers = {"orm_bon": functools.partial(mcts.orm_scores, orm_fn=value_fns["orm"]),
-               "prm_bon": functools.partial(mcts.prm_scores, value_fn=value_fns["vm"])}
-    guides = {"orm_mcts": value_fns["orm"], "vm_mcts": value_fns["vm"]}
-    for name in [d for d in s.decoders if d != "greedy"]:
-        row = {"accuracy": [], "tokens": []}
-        for budget in s.budgets:
-            if name in scorers:
-                picks = mcts.best_of_n(prompts, expand_fn, scorers[name], budget)
-            else:
-                picks = mcts.search_batch(prompts, expand_fn, test_cfg(token_budget=budget),
-                                          value_fn=guides[name])
-            row["accuracy"].append(strict([x.program for x in picks]))
-            row["tokens"].append(float(np.mean([x.tokens for x in picks])))
-        out["decoders"][name] = row
-    out["decode_time_s"] = time.perf_counter() - t0 - collect_time
-    return out
 
 
 def _claims(stats: dict, decoding: dict, variants) -> dict:
@@ -367,16 +213,16 @@ def _claims(stats: dict, decoding: dict, variants) -> dict:
     return out
 
 
-def _decoding_table(decoding: dict) -> str:
-    budgets = decoding["budgets"]
-    head = "| decoder | " + " | ".join(f"{b} tokens" for b in budgets) + " |\n"
-    head += "|---|" + "---|" * len(budgets) + "\n"
-    for name, row in decoding["decoders"].items():
-        cells = [f"{a:.3f} ({t:.0f} tok)" for a, t in zip(row["accuracy"], row["tokens"],
-                                                        strict=True)]
-        cells += [cells[0]] * (len(budgets) - len(cells))  # greedy: one budget-free point
-        head += f"| {name} | " + " | ".join(cells) + " |\n"
-    return head
+def _decoding_table(study, decoding: dict) -> str:
+    """Per decoder, its held-out strict accuracy and mean generated tokens at each budget
+    (greedy: its one budget-free point in every column)."""
+    cells = {name: [f"{a:.3f} ({t:.0f} tok)" for a, t in zip(row["accuracy"], row["tokens"],
+                                                           strict=True)]
+             for name, row in decoding["decoders"].items()}
+    return study.table({name: {str(b): c[min(i, len(c) - 1)]
+                               for i, b in enumerate(decoding["budgets"])}
+                        for name, c in cells.items()},
+                       {str(b): f"{b} tokens" for b in decoding["budgets"]}, label="decoder")
 
 
 def _plot_decoding(decoding: dict, path) -> None:

@@ -13,13 +13,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "AgentConfig", "AgentTrainer", "Episode", "EpisodeRunner", "EpisodeSFT", "ParamStore",
         "episode_metrics", "episode_segments", "expert_episodes", "init_episode", "score_episode"
     ),
+    "cosmos": ("PlotScorer", "PlotSearchConfig"),
     "diffusion": (
         "DiffusionConfig", "DiffusionScorer", "DiffusionStudy", "estimator_variance",
         "masked_diffusion_objective", "sequence_estimates"
     ),
     "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
     "dynamic_sampling": ("draw_until_full", "informative_groups", "pool_metrics", "select_groups"),
-    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k"),
+    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k", "ranking_agreement"),
     "executors": (
         "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
     ),
@@ -67,6 +68,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ARCHS", "OfflineTask", "PolicyConfig", "RCBCConfig", "SeqPolicy", "bc_loss", "collect",
         "dataset_tokens", "evaluate_seeds", "fit_seeds", "make_tokens", "popgym_task",
         "tmaze_task", "token_dim"
+    ),
+    "rest": (
+        "DECODERS", "VARIANTS", "RestConfig", "RestSearchConfig", "decoding_comparison",
+        "rest_dpo_trainer", "rest_grpo_task"
     ),
     "s3": ("GeneratorConfig", "QuestionPools", "SearchConfig", "SearchReward"),
     "sft": ("VALIDATION_START", "LMTrainer", "SFTConfig", "SFTTrainer"),

@@ -12,6 +12,9 @@ maj@k (self-consistency, Wang et al., arXiv 2203.11171): the most frequent parse
 samples is the prediction; a problem counts as solved when that answer is correct. Unparsable
 samples (None) do not vote; ties go to the answer that appeared first. With n > k samples we vote
 over the first k, which, the samples being i.i.d., is one unbiased draw of k.
+
+`ranking_agreement` asks how well a scorer (a value model, a reward) orders several samples of
+one prompt against a ground truth: the share of within-group pairs it orders alike, and Pearson r.
 """
 
 from __future__ import annotations
@@ -67,4 +70,28 @@ def maj_at_k(
     return out
 
 
-__all__ = ["maj_at_k", "majority_answer", "pass_at_k"]
+def ranking_agreement(scores, truth, group_size: int) -> dict[str, float]:
+    """How `scores` order samples against `truth` (both [G * group_size], group g's samples at
+    [g * group_size, (g + 1) * group_size)).
+
+    Over every pair (a, b) of samples of one group whose truths differ (P pairs in all):
+    pair_agreement = (1 / P) * sum [ 1 if (x_a - x_b)(q_a - q_b) > 0, 1/2 if x_a = x_b, else 0 ]
+    (nan when P = 0); corr = Pearson r of scores and truth over all samples (nan when either is
+    constant). Returns {"pair_agreement", "corr", "pairs": P}.
+    """
+    x, q = np.asarray(scores, np.float64), np.asarray(truth, np.float64)
+    if x.shape != q.shape or x.ndim != 1 or len(x) % group_size:
+        raise ValueError(f"scores {x.shape} and truth {q.shape} must be equal [G * "
+                         f"{group_size}]")
+    a, b = np.triu_indices(group_size, k=1)  # the pairs a < b within a group
+    xg, qg = x.reshape(-1, group_size), q.reshape(-1, group_size)
+    dx, dq = xg[:, a] - xg[:, b], qg[:, a] - qg[:, b]
+    counted = dq != 0
+    agree = np.where(dx * dq > 0, 1.0, np.where(dx == 0, 0.5, 0.0))[counted]
+    total = float(counted.sum())
+    ok = np.std(x) > 0 and np.std(q) > 0
+    return {"pair_agreement": float(agree.sum()) / total if total else float("nan"),
+            "corr": float(np.corrcoef(x, q)[0, 1]) if ok else float("nan"), "pairs": total}
+
+
+__all__ = ["maj_at_k", "majority_answer", "pass_at_k", "ranking_agreement"]

@@ -35,7 +35,7 @@ from jaxrl_suite.core.parallel import (
 from jaxrl_suite.core.train import TrainState, init_train_state, make_optimizer, make_train_step
 from jaxrl_suite.envs.text.tokenizer import Tokenizer
 from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
-from jaxrl_suite.models.value import ValueLM
+from jaxrl_suite.models.value import ValueLM, init_from_policy
 from jaxrl_suite.sampling.runner import map_batches
 
 
@@ -156,6 +156,16 @@ class ValueTrainer:
             history.append(metrics)
         history = jax.device_get(history)  # one transfer at the end: the updates run async
         return state, {k: np.stack([m[k] for m in history]) for k in history[0]}
+
+    def fit_from_policy(self, policy_params, states: Sequence[str], targets, *, init_key,
+                        state_key, seed: int = 0, steps: int | None = None
+                        ) -> tuple[TrainState, dict[str, np.ndarray]]:
+        """`fit` from a value model warm-started from a policy of the same `LMConfig`: params
+        `init_from_policy(model.init(init_key, ...), policy_params)` (the head from `init_key`),
+        the optimizer state from `init_state(., state_key)`, then `fit(steps=, seed=)`."""
+        init = self.model.init(init_key, *self.encode(["x"]))
+        state = self.init_state(init_from_policy(init, policy_params), state_key)
+        return self.fit(state, states, np.asarray(targets), steps=steps, seed=seed)
 
     def predict(self, params, states: Sequence[str], *,
                 batch_size: int | None = None) -> np.ndarray:

@@ -190,6 +190,17 @@ def rest_grpo_prompts(
     return kept, partial
 
 
+def dpo_pairs(completions: Sequence[Sequence[str]], rewards: Sequence[Sequence[float]], *,
+              min_std: float = 0.05) -> list[tuple[int, str, str]]:
+    """ReST-DPO's preference data from one round of samples: for each problem i that
+    `keep_problem(rewards[i], min_std)` keeps, in order, (i, its best completion, its worst
+    completion) by reward (the first maximum and the first minimum on ties)."""
+    _check_problems(completions, completions, rewards)
+    return [(i, comps[int(np.argmax(rs))], comps[int(np.argmin(rs))])
+            for i, (comps, rs) in enumerate(zip(completions, rewards, strict=True))
+            if keep_problem(rs, min_std)]
+
+
 def filter_stats(
     rewards: Sequence[Sequence[float]], *, min_std: float = 0.05
 ) -> dict[str, float]:
@@ -220,5 +231,5 @@ def filter_stats(
     }
 
 
-__all__ = ["filter_stats", "keep_problem", "line_prefixes", "rest_grpo_prompts",
+__all__ = ["dpo_pairs", "filter_stats", "keep_problem", "line_prefixes", "rest_grpo_prompts",
            "sample_prefixes"]

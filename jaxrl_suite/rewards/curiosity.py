@@ -25,6 +25,7 @@ caller's forward pass.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -75,6 +76,31 @@ def plot_return(surprisal, contradictions, config: CuriosityConfig) -> float:
     return float(np.mean(unit(step_value(surprisal, contradictions, config))))
 
 
+def step_spans(encode: Callable[[str], list[int]], lines: Sequence[str],
+               max_len: int) -> list[tuple[int, int]]:
+    """Token positions [a_j, b_j) of each line of the plot "\\n".join(lines) (the newline before a
+    line belongs to no span; an empty line has an empty span), clipped to `max_len` tokens.
+    `encode` is the tokenizer's; exact for a byte tokenizer and any prefix-consistent one."""
+    out, text = [], ""
+    for j, line in enumerate(lines):
+        start = len(encode(text + ("\n" if j else ""))) if text or j else 0
+        text = text + ("\n" if j else "") + line
+        end = len(encode(text)) if line else start
+        out.append((min(start, max_len), min(end, max_len)))
+    return out
+
+
+def plot_score(token_logp, spans: Sequence[tuple[int, int]], contradictions,
+               config: CuriosityConfig) -> dict:
+    """A plot's K steps scored from its token log-probs [T] (`step_spans`) and the checker's
+    contradictions n_j [K]: {"surprisal": s_j, "contradictions": n_j, "values": v_j = C(s_j) -
+    penalty * n_j, "return": mean_j unit(v_j)} (module docstring)."""
+    s = step_surprisal(token_logp, list(spans))
+    v = step_value(s, contradictions, config)
+    return {"surprisal": s, "contradictions": list(contradictions), "values": v,
+            "return": float(np.mean(unit(v)))}
+
+
 def mixed_target(step_unit: float | None, backed_up: float, step_weight: float) -> float:
     """The value model's target for a node: w * unit(v) of the step that made it plus (1 - w) *
     the search's backed-up return below it; the root (no step) takes the backed-up return."""
@@ -83,5 +109,5 @@ def mixed_target(step_unit: float | None, backed_up: float, step_weight: float) 
     return float(step_weight * step_unit + (1.0 - step_weight) * backed_up)
 
 
-__all__ = ["CuriosityConfig", "curiosity", "mixed_target", "plot_return", "step_surprisal",
-           "step_value", "unit"]
+__all__ = ["CuriosityConfig", "curiosity", "mixed_target", "plot_return", "plot_score",
+           "step_spans", "step_surprisal", "step_value", "unit"]

@@ -74,6 +74,7 @@ of value_fn over a sample's line prefixes, the value model used as a process rew
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -338,6 +339,55 @@ def search(prompt: str, expand_fn: ExpandFn, config: MCTSConfig = DECODING_CONFI
     return search_batch([prompt], expand_fn, config, value_fn=value_fn, reward_fn=reward_fn)[0]
 
 
+BUDGET_DECODERS = ("orm_bon", "prm_bon", "orm_mcts", "vm_mcts")
+
+
+def decode_at_budgets(prompts: Sequence[str], expand_fn: ExpandFn, budgets: Sequence[int], *,
+                      vm_fn: ScoreFn, orm_fn: ScoreFn, config: MCTSConfig = DECODING_CONFIG,
+                      decoders: Sequence[str] = BUDGET_DECODERS
+                      ) -> dict[str, list[list[BestOfN | SearchResult]]]:
+    """ReST-RL's test-time decoders at equal token budgets (greedy decoding is the caller's):
+    per decoder (in `decoders` order) and budget (in order), one pick per prompt. orm_bon:
+    `best_of_n` by `orm_scores` of the outcome model `orm_fn`; prm_bon: `best_of_n` by
+    `prm_scores` of the value model `vm_fn`; orm_mcts / vm_mcts: `search_batch` guided by
+    `orm_fn` / `vm_fn` under `config` with token_budget = the budget."""
+    unknown = [d for d in decoders if d not in BUDGET_DECODERS]
+    if unknown:
+        raise ValueError(f"unknown decoders {unknown}; known: {list(BUDGET_DECODERS)}")
+    scorers = {"orm_bon": functools.partial(orm_scores, orm_fn=orm_fn),
+               "prm_bon": functools.partial(prm_scores, value_fn=vm_fn)}
+    guides = {"orm_mcts": orm_fn, "vm_mcts": vm_fn}
+    out: dict[str, list[list[BestOfN | SearchResult]]] = {}
+    for name in decoders:
+        out[name] = [best_of_n(prompts, expand_fn, scorers[name], budget) if name in scorers else
+                     search_batch(prompts, expand_fn,
+                                  dataclasses.replace(config, token_budget=budget),
+                                  value_fn=guides[name]) for budget in budgets]
+    return out
+
+
+def preference_pairs(results: Sequence[SearchResult], margin: float
+                     ) -> list[tuple[str, str, str]]:
+    """(state, chosen, rejected) preference pairs from searched trees (COS(M+O)S's ORPO data,
+    Materzok 2025, arXiv 2501.17104): at every node with at least two children that own samples,
+    the first sample's continuation (its text after the node's state) of the highest-V child
+    against that of the lowest-V child (the first child of each in creation order on ties),
+    kept when V_hi - V_lo >= `margin` and neither continuation is blank. Trees in order, nodes
+    in pre-order."""
+    out = []
+    for result in results:
+        for node in walk(result.root):
+            kids = [c for c in node.children.values() if c.programs]
+            if len(kids) < 2:
+                continue
+            hi, lo = max(kids, key=lambda c: c.value), min(kids, key=lambda c: c.value)
+            chosen = hi.programs[0][len(node.state):]
+            rejected = lo.programs[0][len(node.state):]
+            if hi.value - lo.value >= margin and chosen.strip() and rejected.strip():
+                out.append((node.state, chosen, rejected))
+    return out
+
+
 def prm_scores(prompt: str, samples: Sequence[Sample], value_fn: ScoreFn) -> np.ndarray:
     """PRM score [S] of each sample: min over its line prefixes p of value_fn(prompt + p) (an
     empty sample scores value_fn(prompt)); one batched value_fn call."""
@@ -384,7 +434,8 @@ def best_of_n(prompts: Sequence[str], expand_fn: ExpandFn,
 
 
 __all__ = [
-    "COLLECTION_CONFIG", "DECODING_CONFIG", "BestOfN", "MCTSConfig", "Node", "Sample",
-    "SearchResult", "answer", "best_of_n", "line_prefixes", "orm_scores", "prm_scores", "search",
-    "search_batch", "select", "split_first_line", "uct", "value_targets", "walk",
+    "BUDGET_DECODERS", "COLLECTION_CONFIG", "DECODING_CONFIG", "BestOfN", "MCTSConfig", "Node",
+    "Sample", "SearchResult", "answer", "best_of_n", "decode_at_budgets", "line_prefixes",
+    "orm_scores", "preference_pairs", "prm_scores", "search", "search_batch", "select",
+    "split_first_line", "uct", "value_targets", "walk",
 ]

@@ -115,12 +115,22 @@ class LMRunner:
         """The examples' prompts, left-padded to prompt_len: host (ids [n, P], mask [n, P])."""
         return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
 
-    def encode_completions(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode_completions(self, texts: Sequence[str], *, eos: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray]:
         """Completion texts + EOS, right-padded to max_new_tokens: host (ids [n, N], float32
-        mask [n, N])."""
-        ids, mask = self.tokenizer.encode_batch(list(texts), self.max_new_tokens, side="right",
-                                                add_eos=True)
-        return ids, mask.astype(np.float32)
+        mask [n, N]). With `eos=False`, the texts as they are, each cut to its first
+        max_new_tokens tokens (e.g. a text's steps scored as the sampler could have made them)."""
+        if eos:
+            ids, mask = self.tokenizer.encode_batch(list(texts), self.max_new_tokens,
+                                                    side="right", add_eos=True)
+            return ids, mask.astype(np.float32)
+        ids = np.full((len(texts), self.max_new_tokens), self.tokenizer.pad_id, np.int32)
+        mask = np.zeros((len(texts), self.max_new_tokens), np.float32)
+        for row, text in enumerate(texts):
+            x = self.tokenizer.encode(text)[: self.max_new_tokens]
+            ids[row, : len(x)] = x
+            mask[row, : len(x)] = 1.0
+        return ids, mask
 
     def encode_solutions(self, examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
         """`encode_completions` of the examples' task solutions."""
@@ -168,20 +178,8 @@ class LMRunner:
         tokens, mask = map_batches(run, examples, batch_size=batch_size, mesh=self.mesh)
         return self.tokenizer.decode_batch(tokens, mask), mask.sum(axis=1)
 
-    def greedy_completions(self, params, examples: Sequence[Example], *,
-                           batch_size: int) -> tuple[list[str], np.ndarray]:
-        """`complete` greedily; kept for experiments/cosmos_mcts_orpo.py (new code: complete)."""
-        return self.complete(params, examples, batch_size=batch_size)
-
-    def sampled_completions(self, params, examples: Sequence[Example], *, batch_size: int,
-                            rng: jax.Array, temperature: float = 1.0, top_p: float = 1.0
-                            ) -> tuple[list[str], np.ndarray]:
-        """`complete` with a key; kept for experiments/cosmos_mcts_orpo.py (new code: complete)."""
-        return self.complete(params, examples, batch_size=batch_size, rng=rng,
-                             temperature=temperature, top_p=top_p)
-
     def score(self, params, examples: Sequence[Example], completions: Sequence[str] | None = None,
-              *, logprob_fn: Callable, batch_size: int | None = None
+              *, logprob_fn: Callable, batch_size: int | None = None, eos: bool = True
               ) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced log-probs of `completions` (default: each example's task solution)
         + EOS after the examples' prompts under `params`: host (logp [n, N], mask [n, N]; logp
@@ -189,7 +187,8 @@ class LMRunner:
         completion log-probs [rows, N] (e.g. a GRPO trainer's `completion_logprobs`). Rows run
         `batch_size` at a time (`map_batches`; default: all in one batch, padded to a multiple
         of the batch shards). With the default completions, -logp * mask is the solutions'
-        per-token NLL (the SFT loss's terms)."""
+        per-token NLL (the SFT loss's terms). `eos=False` scores the completions without an EOS,
+        each cut to max_new_tokens tokens (`encode_completions`)."""
         texts = [self.task.solution(e) for e in examples] if completions is None else \
             list(completions)
         if len(texts) != len(examples):
@@ -199,8 +198,8 @@ class LMRunner:
 
         def run(local, b):
             ex, tx = zip(*local, strict=True)
-            seq = shard_batch(SeqBatch(*self.encode_prompts(ex), *self.encode_completions(tx)),
-                              self.mesh)
+            seq = SeqBatch(*self.encode_prompts(ex), *self.encode_completions(tx, eos=eos))
+            seq = shard_batch(seq, self.mesh)
             return logprob_fn(params, seq), seq.completion_mask
 
         return map_batches(run, list(zip(examples, texts, strict=True)), batch_size=batch_size,

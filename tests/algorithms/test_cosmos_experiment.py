@@ -3,14 +3,12 @@ simulated kill."""
 
 import json
 
-import numpy as np
 import pytest
 
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.envs.text.tokenizer import load_tokenizer
-from jaxrl_suite_experiments.cosmos_mcts_orpo import Config, PlotScorer
+from jaxrl_suite_experiments.cosmos_mcts_orpo import Config
 
 ROWS = ["small, greedy (SFT)", "small + MCTS", "small + MCTS, exact step values",
         "small + 1 ORPO round, greedy",
@@ -68,23 +66,6 @@ def test_resume_after_a_kill_redoes_only_the_missing_run(smoke):
                  str(out)]) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["rows"] == summary["rows"] and again["shift"] == summary["shift"]
-
-
-def test_scorer_spans_cover_each_line_of_a_byte_plot():
-    tok = load_tokenizer("byt5")
-
-    class Shim(PlotScorer):  # spans need only the tokenizer and the length
-        def __init__(self):
-            self.tok, self.max_new = tok, 30
-
-    lines = ["Mira goes to the mill.", "", "Ode meets Tam."]
-    spans = Shim().spans(lines)
-    text = "\n".join(lines).encode()
-    assert text[spans[0][0]:spans[0][1]] == b"Mira goes to the mill."
-    assert spans[1][0] == spans[1][1]  # a missing line has no tokens
-    assert spans[2][0] == min(30, len("Mira goes to the mill.\n\n"))
-    assert spans[2][1] == 30  # clipped to max_new_tokens
-    assert np.all(np.diff([s for sp in spans for s in sp]) >= 0)
 
 
 def test_config_names_the_field_at_fault():

@@ -1,4 +1,4 @@
-"""pass@k against brute-force enumeration; maj@k against hand cases."""
+"""pass@k against brute-force enumeration; maj@k and ranking_agreement against hand cases."""
 
 import itertools
 from math import comb
@@ -6,7 +6,12 @@ from math import comb
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.evaluate import maj_at_k, majority_answer, pass_at_k
+from jaxrl_suite.algorithms.evaluate import (
+    maj_at_k,
+    majority_answer,
+    pass_at_k,
+    ranking_agreement,
+)
 
 
 def brute_force_pass_at_k(n, c, k):
@@ -61,3 +66,22 @@ def test_maj_at_k_votes_over_the_first_k_samples():
     np.testing.assert_array_equal(maj_at_k(answers, 5, ok), [0.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="problem 0 has 5"):
         maj_at_k(answers, 6, ok)
+
+
+def test_ranking_agreement_by_hand():
+    # group 0: truths 1, 2, 2 -> pairs (0,1), (0,2) count, (1,2) ties in truth and is skipped;
+    #   scores 0.1 < 0.5 agrees (1), scores 0.1 = 0.1 ties (1/2)
+    # group 1: truths 3, 1, 2 -> all 3 pairs count; scores 0, 1, 2: (0,1) disagrees (0),
+    #   (0,2) disagrees (0), (1,2) agrees (1)
+    scores = [0.1, 0.5, 0.1, 0.0, 1.0, 2.0]
+    truth = [1.0, 2.0, 2.0, 3.0, 1.0, 2.0]
+    got = ranking_agreement(scores, truth, 3)
+    assert got["pairs"] == 5
+    assert got["pair_agreement"] == pytest.approx((1 + 0.5 + 0 + 0 + 1) / 5)
+    assert got["corr"] == pytest.approx(np.corrcoef(scores, truth)[0, 1])
+    flat = ranking_agreement([1.0, 1.0], [0.0, 1.0], 2)  # constant scores: every pair ties
+    assert flat["pair_agreement"] == 0.5 and np.isnan(flat["corr"])
+    none = ranking_agreement([0.0, 1.0], [2.0, 2.0], 2)  # no pair with different truths
+    assert none["pairs"] == 0 and np.isnan(none["pair_agreement"])
+    with pytest.raises(ValueError, match="must be equal"):
+        ranking_agreement([0.0, 1.0, 2.0], [0.0, 1.0, 2.0], 2)

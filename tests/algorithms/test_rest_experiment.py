@@ -7,17 +7,17 @@ import types
 import numpy as np
 import pytest
 
+from jaxrl_suite.algorithms.rest import (
+    DECODERS,
+    VARIANTS,
+    RestConfig,
+    rest_dpo_trainer,
+    rest_grpo_task,
+)
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.curricula.rest import keep_problem
 from jaxrl_suite.envs.text import ExampleList, make_task
-from jaxrl_suite_experiments.rest_rl_code import (
-    DECODERS,
-    VARIANTS,
-    RestConfig,
-    _dpo_trainer,
-    _rest_task_trainer,
-)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def round_data():
 def test_rest_grpo_list(round_data):
     task, problems, data = round_data
     fake = types.SimpleNamespace(with_task=lambda t: t)
-    listed = _rest_task_trainer(fake, task, problems, data, RestConfig(), seed=0, r=0)
+    listed = rest_grpo_task(fake, task, problems, data, RestConfig(), seed=0, r=0)
     assert isinstance(listed, ExampleList)
     prompts = [e.prompt for e in listed.train]
     # problem 1 (no variance) is dropped; 0 and 2 stay and add prefixes of their best samples
@@ -122,7 +122,7 @@ def test_rest_dpo_pairs(round_data):
     task, problems, data = round_data
     fake = types.SimpleNamespace(task=task, pairs=None, ref_params=None)
     fake.with_task = lambda t: types.SimpleNamespace(**vars(fake))
-    trainer = _dpo_trainer(fake, problems, data, RestConfig(), params="round start")
+    trainer = rest_dpo_trainer(fake, problems, data, RestConfig(), params="round start")
     assert [(p.example, p.chosen, p.rejected) for p in trainer.pairs] == [
         (problems[0], data["texts"][0][0], data["texts"][0][1]),
         (problems[2], data["texts"][2][1], data["texts"][2][2])]

@@ -124,6 +124,24 @@ def test_init_from_policy_copies_the_backbone(setup):
         init_from_policy(params, shapes)
 
 
+def test_fit_from_policy_is_init_from_policy_then_fit(setup):
+    """The one warm-start helper equals its steps written out (bit for bit)."""
+    trainer, _ = setup
+    policy_params = CausalLM(trainer.model.config).init(jax.random.PRNGKey(7),
+                                                        np.zeros((1, 4), np.int32))
+    states, targets = GOOD[:3] + BAD[:3], [0.9] * 3 + [0.1] * 3
+    state, history = trainer.fit_from_policy(policy_params, states, targets,
+                                             init_key=jax.random.PRNGKey(3),
+                                             state_key=jax.random.PRNGKey(4), seed=5, steps=3)
+    init = init_from_policy(trainer.model.init(jax.random.PRNGKey(3), *trainer.encode(["x"])),
+                            policy_params)
+    want, want_history = trainer.fit(trainer.init_state(init, jax.random.PRNGKey(4)), states,
+                                     np.array(targets), steps=3, seed=5)
+    jax.tree.map(np.testing.assert_array_equal, state.params, want.params)
+    np.testing.assert_array_equal(history["mse"], want_history["mse"])
+    assert history["mse"].shape == (3,)
+
+
 @pytest.mark.parametrize("changes, field", [
     (dict(lr=0.0), "value.lr"),
     (dict(steps=0), "value.steps"),

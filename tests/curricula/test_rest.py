@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.curricula.rest import (
+    dpo_pairs,
     filter_stats,
     keep_problem,
     line_prefixes,
@@ -144,3 +145,12 @@ def test_filter_stats_filter_raises_variance():
     assert stats["reward_var_after"] > stats["reward_var_before"]
     none_kept = filter_stats([[1.0, 1.0], [0.0, 0.0]])
     assert none_kept["kept_fraction"] == 0.0 and math.isnan(none_kept["reward_var_after"])
+
+
+def test_dpo_pairs_hand_case():
+    texts = [["a", "b", "c"], ["d", "e", "f"], ["g", "h", "i"]]
+    rewards = [[0.0, 1.0, 1.0], [0.5, 0.5, 0.5], [0.2, 0.0, 0.0]]  # 1 is dropped (no variance)
+    assert dpo_pairs(texts, rewards, min_std=0.05) == [(0, "b", "a"), (2, "g", "h")]  # first ties
+    assert dpo_pairs(texts, rewards, min_std=0.5) == []  # no std reaches 0.5
+    with pytest.raises(ValueError, match="rewards"):
+        dpo_pairs(texts, rewards[:2])

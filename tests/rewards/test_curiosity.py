@@ -12,6 +12,8 @@ from jaxrl_suite.rewards.curiosity import (
     curiosity,
     mixed_target,
     plot_return,
+    plot_score,
+    step_spans,
     step_surprisal,
     step_value,
     unit,
@@ -29,6 +31,35 @@ def test_step_surprisal_is_the_mean_negative_logp_of_each_span():
     assert got.shape == (6,) and got.dtype == np.float64
     assert step_surprisal(logp, []).shape == (0,)
     np.testing.assert_allclose(step_surprisal([-1, -2], [(0, 2)]), [1.5])  # ints, a list
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def test_step_spans_cover_each_line_of_a_byte_plot():
+    lines = ["Mira goes to the mill.", "", "Ode meets Tam."]
+    spans = step_spans(_bytes, lines, 30)
+    text = "\n".join(lines).encode()
+    assert text[spans[0][0]:spans[0][1]] == b"Mira goes to the mill."
+    assert spans[1][0] == spans[1][1]  # a missing line has no tokens
+    assert spans[2][0] == min(30, len("Mira goes to the mill.\n\n"))
+    assert spans[2][1] == 30  # clipped to max_len
+    assert np.all(np.diff([s for sp in spans for s in sp]) >= 0)
+    wide = step_spans(_bytes, lines, 100)  # unclipped: the last line's bytes exactly
+    assert text[wide[2][0]:wide[2][1]] == b"Ode meets Tam." and wide[2][1] == len(text)
+    assert step_spans(_bytes, ["ab", "c"], 100) == [(0, 2), (3, 4)]  # the "\n" is in none
+
+
+def test_plot_score_by_hand():
+    logp = np.array([-0.1, -0.3, 0.0, -0.2, -0.2])  # "ab\ncd"-like: spans (0, 2), (3, 5)
+    cfg = CuriosityConfig(target=0.2, width=0.1, penalty=1.0)
+    got = plot_score(logp, [(0, 2), (3, 5), (5, 5)], [0, 2, 0], cfg)
+    np.testing.assert_allclose(got["surprisal"], [0.2, 0.2, NAN])
+    v = [1.0, 1.0 - 2.0, 0.0]  # C(target) = 1; two contradictions; a missing step: C = 0
+    np.testing.assert_allclose(got["values"], v)
+    assert got["contradictions"] == [0, 2, 0]
+    assert got["return"] == pytest.approx((1.0 + 0.0 + 0.5) / 3)  # unit: 1, 0, 1/2
 
 
 @pytest.mark.parametrize("s, target, width, expected", [

@@ -14,10 +14,14 @@ from jaxrl_suite.sampling.mcts import (
     COLLECTION_CONFIG,
     DECODING_CONFIG,
     MCTSConfig,
+    Node,
     Sample,
+    SearchResult,
     best_of_n,
+    decode_at_budgets,
     line_prefixes,
     orm_scores,
+    preference_pairs,
     prm_scores,
     search,
     search_batch,
@@ -212,6 +216,66 @@ def test_answer_without_terminal_completes_best_node():
     two = search(P, expand, MCTSConfig(iterations=2, num_samples=2), value_fn=values)
     assert (two.program, two.value) == ("P\na\nq\nr\n", pytest.approx(0.9))
     assert dict(two.targets)["P\na\n"] == pytest.approx((0.6 + 0.9 + 0.2) / 3)
+
+
+def _child(parent: Node, line: str, value: float, programs: list[str]) -> Node:
+    node = Node(parent.state + line, parent=parent, programs=programs, value_sum=value,
+                value_count=1)
+    parent.children[(line, False)] = node
+    return node
+
+
+def test_decode_at_budgets_equals_the_decoders_called_one_by_one():
+    """Each decoder at each budget is its direct call, in decoder-then-budget order (the
+    pseudo-random LM is stateless, so the calls may be repeated for the reference)."""
+    prompts, budgets = [P, "Q\n"], [6, 12]
+    vm, orm = _table_fn({"P\na\n": 0.7, "P\nb\n": 0.2}, 0.5), _table_fn({}, 0.3)
+    config = MCTSConfig(iterations=3, c=0.1, eps=0.1, num_samples=2)
+    got = decode_at_budgets(prompts, _hash_expand(), budgets, vm_fn=vm, orm_fn=orm, config=config)
+    assert list(got) == ["orm_bon", "prm_bon", "orm_mcts", "vm_mcts"]
+    for name, picks in got.items():
+        assert len(picks) == len(budgets)
+        for budget, pick in zip(budgets, picks, strict=True):
+            if name.endswith("bon"):
+                score = (functools.partial(orm_scores, orm_fn=orm) if name == "orm_bon" else
+                         functools.partial(prm_scores, value_fn=vm))
+                want = best_of_n(prompts, _hash_expand(), score, budget)
+                assert pick == want
+            else:
+                want = search_batch(prompts, _hash_expand(),
+                                    dataclasses.replace(config, token_budget=budget),
+                                    value_fn=orm if name == "orm_mcts" else vm)
+                assert [(x.program, x.value, x.tokens) for x in pick] == \
+                    [(x.program, x.value, x.tokens) for x in want]
+    assert list(decode_at_budgets(prompts, _hash_expand(), [6], vm_fn=vm, orm_fn=orm,
+                                  decoders=("vm_mcts",))) == ["vm_mcts"]
+    with pytest.raises(ValueError, match="unknown decoders"):
+        decode_at_budgets(prompts, _hash_expand(), [6], vm_fn=vm, orm_fn=orm, decoders=("x",))
+
+
+def test_preference_pairs_on_a_hand_built_tree():
+    root = Node(P)
+    a = _child(root, "a\n", 0.9, ["P\na\nx\n"])
+    _child(root, "b\n", 0.6, ["P\nb\nz\n"])
+    _child(root, "c\n", 0.3, ["P\nc\ny\n", "P\nc\nw\n"])  # its first sample is paired
+    _child(root, "d\n", 0.0, [])  # owns no sample: not a candidate
+    _child(a, "q\n", 0.5, ["P\na\nq\n"])
+    _child(a, "r\n", 0.1, ["P\na\n  "])  # a blank continuation: no pair at this node
+    lone = Node("Q\n")
+    _child(lone, "s\n", 1.0, ["Q\ns\n"])  # one child: nothing to compare
+    trees = [SearchResult("", 0.0, 0, 0, 0, [], root), SearchResult("", 0.0, 0, 0, 0, [], lone)]
+    assert preference_pairs(trees, margin=0.6) == [(P, "a\nx\n", "c\ny\n")]  # 0.9 - 0.3
+    assert preference_pairs(trees, margin=0.61) == []
+    a.children[("r\n", False)].programs[0] = "P\na\nt\n"
+    assert preference_pairs(trees, margin=0.4) == [(P, "a\nx\n", "c\ny\n"),
+                                                   ("P\na\n", "q\n", "t\n")]
+
+
+def test_preference_pairs_from_a_search_pair_its_best_and_worst_children():
+    expand = _table_expand({P: ["a\nq\n", "b\nq\n"]})
+    values = _table_fn({"P\na\n": 0.8, "P\nb\n": 0.2})
+    found = search_batch([P], expand, MCTSConfig(iterations=1, num_samples=2), value_fn=values)
+    assert preference_pairs(found, margin=0.5) == [(P, "a\nq\n", "b\nq\n")]
 
 
 @pytest.mark.parametrize("mode", ["value_fn", "reward_fn"])

@@ -159,6 +159,24 @@ def test_score_rows_are_the_examples_prompts_and_completions(tiny):
         runner.score(0.5, examples, texts[:2], logprob_fn=logprob_fn)
 
 
+def test_score_without_eos_cuts_each_text_to_max_new_tokens(tiny):
+    """eos=False: the completion ids are the text's own tokens (no EOS), at most N of them."""
+    runner = LMRunner(tiny[0], TOK, TASK, mesh=make_mesh(1), prompt_len=P, max_new_tokens=N)
+    examples = TASK.examples("test", 0, 3)
+    texts = ["ab", "", "abcdefghij"]  # 2 tokens, none, and 10 > N = 6 (cut)
+
+    def logprob_fn(params, seq):
+        return seq.completion.astype(jnp.float32)
+
+    logp, mask = runner.score(None, examples, texts, logprob_fn=logprob_fn, eos=False)
+    for row, text in enumerate(texts):
+        ids = TOK.encode(text)[:N]  # a byte tokenizer: one token per character
+        assert mask[row].tolist() == [1.0] * len(ids) + [0.0] * (N - len(ids))
+        assert logp[row, : len(ids)].tolist() == ids
+        assert TOK.eos_id not in logp[row, : len(ids)]
+    assert mask.sum(axis=1).tolist() == [2, 0, N]
+
+
 def test_evaluate_scores_the_greedy_completions_through_verify_batch(tiny):
     model, _, _ = tiny
     examples = TASK.examples("test", 0, 3)
