@@ -20,7 +20,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
     "dynamic_sampling": ("draw_until_full", "informative_groups", "pool_metrics", "select_groups"),
-    "evaluate": ("maj_at_k", "majority_answer", "pass_at_k", "ranking_agreement"),
     "executors": (
         "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
     ),

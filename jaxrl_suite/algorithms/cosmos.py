@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from jaxrl_suite.algorithms.evaluate import ranking_agreement
 from jaxrl_suite.algorithms.value import ValueConfig
 from jaxrl_suite.core.config import Count, NonNegative, Probability, check_fields
 from jaxrl_suite.core.parallel import jit_on_mesh
@@ -27,6 +26,7 @@ from jaxrl_suite.losses import token_logprobs
 from jaxrl_suite.models.sequence import completion_logits
 from jaxrl_suite.rewards.curiosity import CuriosityConfig, plot_score, step_spans, unit
 from jaxrl_suite.sampling import mcts
+from jaxrl_suite.sampling.evaluate import ranking_agreement
 from jaxrl_suite.sampling.runner import LMRunner
 
 
@@ -145,7 +145,7 @@ class PlotScorer:
                   texts: Sequence[str], group_size: int) -> dict:
         """How `value_fn` (of opening + plot) and the exact return under `params` order the
         plots (each text's K steps; `group_size` consecutive ones per opening) against Q:
-        `algorithms.evaluate.ranking_agreement` of each, as {value,return}_pair_agreement,
+        `sampling.evaluate.ranking_agreement` of each, as {value,return}_pair_agreement,
         {value,return}_corr and pairs."""
         k = self.task.num_steps
         plots = ["\n".join(split_steps(t, k)) for t in texts]

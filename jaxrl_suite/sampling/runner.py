@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
@@ -37,6 +36,7 @@ from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.models.sharding import check_model_mesh
 from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling.base import Sampler
+from jaxrl_suite.sampling.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class LMRunner:
 
         Rows are the examples repeated n times, sampled in fixed-size batches (one compile).
         Returns {"pass@k": ..., "maj@k": ... for k in ks, "length": mean completion length}.
-        maj@k votes over the parsed answers of the first k samples (`algorithms.evaluate`).
+        maj@k votes over the parsed answers of the first k samples (`sampling.evaluate`).
         """
         bad = [k for k in ks if not 1 <= k <= n]
         if bad:

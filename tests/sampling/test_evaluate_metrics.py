@@ -6,7 +6,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.evaluate import (
+from jaxrl_suite.sampling.evaluate import (
     maj_at_k,
     majority_answer,
     pass_at_k,
