@@ -106,7 +106,13 @@ from jaxrl_suite.models.sequence import (
 )
 from jaxrl_suite.models.sharding import check_model_mesh, shard_tree
 from jaxrl_suite.rewards import extract_answer
-from jaxrl_suite.sampling import ContinuousSampler, GenerateOutput, KVCacheSampler, Sampler
+from jaxrl_suite.sampling import (
+    ContinuousSampler,
+    GenerateOutput,
+    KVCacheSampler,
+    LearningSampler,
+    Sampler,
+)
 from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 
 # The first training-split index of the validation problems (`SFTConfig.stop_accuracy`): far
@@ -457,11 +463,20 @@ UNSET_ANCHOR = -1.0
 
 @flax.struct.dataclass
 class GRPOTrainState(TrainState):
-    """The GRPO train state: `TrainState` plus SIREN's anchor, checkpointed with it.
+    """The GRPO train state: `TrainState` plus SIREN's anchor, what the rollout engine has
+    learned and the reward-hacking guard's verdict, all checkpointed with it, so a resumed run
+    continues exactly where the saved one stood.
 
-    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`)."""
+    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`). `sampler` and
+    `collapsed` are host-side: they stay out of the jitted update."""
 
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
+    # The rollout engine's `learning_state` (`sampling.base.LearningSampler`: the continuous
+    # engine's length table, the speculative drafter and its Adam state); None: it learns none.
+    sampler: Any = None
+    # bool scalar: the last verdict of the reward-hacking guard (grpo.collapse_entropy), so its
+    # warning comes once when a collapse starts, resumed or not; None: no verdict yet.
+    collapsed: Any = None
 
 
 def _answer_id(text: str) -> int:
@@ -713,7 +728,6 @@ class GRPOTrainer(LMTrainer):
         if scorer is not None:
             _check_scorer_config(config, sampler)
         self.config, self.scorer = config, scorer
-        self._collapsed = False  # the reward-hacking guard's last verdict (grpo.collapse_entropy)
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm,
@@ -885,7 +899,10 @@ class GRPOTrainer(LMTrainer):
         batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`.
 
         `sft_opt_state`: the optimizer state of the SFT that produced `params`; with
-        grpo.carry_optimizer its Adam moments start this state's (`carry_adam_moments`)."""
+        grpo.carry_optimizer its Adam moments start this state's (`carry_adam_moments`).
+
+        A learning rollout engine starts afresh (`init_learning_state`): the state carries what
+        it learns from here on (`use_sampler_state`)."""
         c = self.config
         if c.carry_optimizer and sft_opt_state is None:
             raise ValueError("grpo.carry_optimizer needs the SFT optimizer state: "
@@ -897,11 +914,30 @@ class GRPOTrainer(LMTrainer):
         state = GRPOTrainState(
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
+            sampler=(self.sampler.init_learning_state()
+                     if isinstance(self.sampler, LearningSampler) else None),
+            collapsed=np.asarray(False),
         )
+        self.use_sampler_state(state)
         if anchor is None and c.entropy_reg == "siren":
-            return self.init_state(params, rng, anchor=self.measure_anchor(
-                state, self.batch(0)[: c.prompts_per_step]), sft_opt_state=sft_opt_state)
-        return self.place_state(state)
+            measured = self.measure_anchor(state, self.batch(0)[: c.prompts_per_step])
+            state = state.replace(anchor=jnp.asarray(measured, jnp.float32),
+                                  sampler=self._sampler_state())  # the engine saw that rollout
+        return self.place_state(state.replace(sampler=None, collapsed=None)).replace(
+            sampler=state.sampler, collapsed=state.collapsed)  # host-side: not placed
+
+    def use_sampler_state(self, state: GRPOTrainState) -> None:
+        """Set the rollout engine's learning state to `state`'s (`GRPOTrainState.sampler`; a
+        no-op for an engine that learns nothing). A step calls it before its rollout, and
+        the update stores the engine's new state back, so the train state, not the sampler,
+        carries what the engine has learned: a resumed run, or a new run on the same trainer,
+        continues from its own."""
+        if state.sampler is not None:
+            self.sampler.learning_state = state.sampler
+
+    def _sampler_state(self):
+        """The rollout engine's learning state now (None for an engine that learns nothing)."""
+        return self.sampler.learning_state if isinstance(self.sampler, LearningSampler) else None
 
     def batch(self, cursor: int) -> list[Example]:
         """The prompts of one step: prompts_per_step, or max_draws times as many with
@@ -989,7 +1025,9 @@ class GRPOTrainer(LMTrainer):
     def step(self, state: GRPOTrainState,
              examples: Sequence[Example]) -> tuple[GRPOTrainState, dict]:
         """One GRPO iteration on `examples`: `rollout` (`dynamic_rollout` with
-        grpo.dynamic_sampling), then `update` with the configured advantages."""
+        grpo.dynamic_sampling), then `update` with the configured advantages; the rollout
+        engine continues from `state`'s learning state (`use_sampler_state`)."""
+        self.use_sampler_state(state)
         t0 = time.perf_counter()
         if self.config.dynamic_sampling:
             seq, old_logp, rewards, info, pool = self.dynamic_rollout(state, examples)
@@ -998,7 +1036,8 @@ class GRPOTrainer(LMTrainer):
             pool = {}
         info = dict(info, gen_time=time.perf_counter() - t0)
         state, metrics = self.update(state, seq, old_logp, rewards, info, t0=t0)
-        return state, {**metrics, **pool, **self.sampler_metrics(state, seq, rewards)}
+        state, engine = self.sampler_metrics(state, seq, rewards)
+        return state, {**metrics, **pool, **engine}
 
     def dynamic_rollout(self, state: GRPOTrainState, examples: Sequence[Example]):
         """DAPO's dynamic sampling over the pool `examples` (`batch`'s max_draws x B prompts):
@@ -1033,11 +1072,13 @@ class GRPOTrainer(LMTrainer):
         metrics = {**pool_metrics(drawn, filled, b), "accuracy": info["accuracy"]}
         return seq, old_logp, rewards, info, metrics
 
-    def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray) -> dict:
-        """The rollout engine's numbers for the metrics log ("rollout_" + its `last_stats`:
-        decode steps, acceptance rate, draft length, ...); a learning sampler (the speculative
-        sampler's drafter) first learns from this rollout and the updated policy
-        (`learn(params, seq, rewards)`, its metrics prefixed "drafter_")."""
+    def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray
+                        ) -> tuple[GRPOTrainState, dict]:
+        """(state, the rollout engine's numbers for the metrics log: "rollout_" + its
+        `last_stats`: decode steps, acceptance rate, draft length, ...). A sampler with `learn`
+        (the speculative sampler's drafter) first learns from this rollout and the updated
+        policy `state.params` (`learn(params, seq, rewards)`, its metrics prefixed "drafter_");
+        the returned state holds what it learned."""
         out = {}
         if hasattr(self.sampler, "learn"):
             t0 = time.perf_counter()
@@ -1047,7 +1088,7 @@ class GRPOTrainer(LMTrainer):
         stats = getattr(self.sampler, "last_stats", {})
         out.update({f"rollout_{k}": float(v) for k, v in stats.items()
                     if isinstance(v, int | float | np.number)})
-        return out
+        return state.replace(sampler=self._sampler_state()), out
 
     def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,
@@ -1088,8 +1129,11 @@ class GRPOTrainer(LMTrainer):
         return self._finish_update(state, batch, rewards, info, t0)
 
     def _finish_update(self, state, batch: GRPOBatch, rewards, info, t0):
-        """The jitted update on `batch`, and the step's metrics."""
-        state, metrics = self._update(state, batch)
+        """The jitted update on `batch`, and the step's metrics. The new state holds the
+        rollout engine's learning state as the rollout left it, and the guard's verdict."""
+        collapsed = state.collapsed is not None and bool(state.collapsed)
+        state, metrics = self._update(state.replace(sampler=None, collapsed=None), batch)
+        state = state.replace(sampler=self._sampler_state(), collapsed=np.asarray(collapsed))
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         t_gen = info.get("gen_time", 0.0)
@@ -1105,11 +1149,11 @@ class GRPOTrainer(LMTrainer):
         threshold = self.config.collapse_entropy
         if threshold > 0 and "outcome_entropy" in info:  # the reward-hacking guard
             metrics["collapse"] = float(info["outcome_entropy"] < threshold)
-            if metrics["collapse"] and not self._collapsed:  # warn when it starts
+            if metrics["collapse"] and not collapsed:  # warn when it starts
                 print0(f"WARNING: step {int(state.step)}: the entropy of the predicted classes "
                        f"over the batch is {info['outcome_entropy']:.3f} bits, below "
                        f"grpo.collapse_entropy={threshold} (policy collapse / reward hacking?)")
-            self._collapsed = bool(metrics["collapse"])
+            state = state.replace(collapsed=np.asarray(bool(metrics["collapse"])))
         return state, metrics
 
     def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:
