@@ -15,7 +15,7 @@ from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.sampling import KVCacheSampler, SpeculativeSampler
-from jaxrl_suite.sampling.speculative import DraftLengthController, DrafterState, measure_costs
+from jaxrl_suite.sampling.speculative import DrafterState, DraftLengthController, measure_costs
 
 V, P, N, EOS, PAD = 8, 4, 8, 1, 0
 CFG = LMConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_len=40)
