@@ -467,15 +467,15 @@ class GRPOTrainState(TrainState):
     learned and the reward-hacking guard's verdict, all checkpointed with it, so a resumed run
     continues exactly where the saved one stood.
 
-    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`). `sampler` and
-    `collapsed` are host-side: they stay out of the jitted update."""
+    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`). `sampler` is
+    host-side (not placed on the mesh); it and `collapsed` stay out of the jitted update."""
 
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
     # The rollout engine's `learning_state` (`sampling.base.LearningSampler`: the continuous
     # engine's length table, the speculative drafter and its Adam state); None: it learns none.
     sampler: Any = None
-    # bool scalar: the last verdict of the reward-hacking guard (grpo.collapse_entropy), so its
-    # warning comes once when a collapse starts, resumed or not; None: no verdict yet.
+    # bool scalar, placed like `step`: the last verdict of the reward-hacking guard
+    # (grpo.collapse_entropy), so its warning comes once when a collapse starts, resumed or not.
     collapsed: Any = None
 
 
@@ -916,15 +916,15 @@ class GRPOTrainer(LMTrainer):
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
             sampler=(self.sampler.init_learning_state()
                      if isinstance(self.sampler, LearningSampler) else None),
-            collapsed=np.asarray(False),
+            collapsed=jnp.asarray(False),
         )
         self.use_sampler_state(state)
         if anchor is None and c.entropy_reg == "siren":
             measured = self.measure_anchor(state, self.batch(0)[: c.prompts_per_step])
             state = state.replace(anchor=jnp.asarray(measured, jnp.float32),
                                   sampler=self._sampler_state())  # the engine saw that rollout
-        return self.place_state(state.replace(sampler=None, collapsed=None)).replace(
-            sampler=state.sampler, collapsed=state.collapsed)  # host-side: not placed
+        return self.place_state(state.replace(sampler=None)).replace(
+            sampler=state.sampler)  # host-side: not placed
 
     def use_sampler_state(self, state: GRPOTrainState) -> None:
         """Set the rollout engine's learning state to `state`'s (`GRPOTrainState.sampler`; a
@@ -1131,9 +1131,10 @@ class GRPOTrainer(LMTrainer):
     def _finish_update(self, state, batch: GRPOBatch, rewards, info, t0):
         """The jitted update on `batch`, and the step's metrics. The new state holds the
         rollout engine's learning state as the rollout left it, and the guard's verdict."""
-        collapsed = state.collapsed is not None and bool(state.collapsed)
+        verdict = state.collapsed
+        collapsed = verdict is not None and bool(verdict)
         state, metrics = self._update(state.replace(sampler=None, collapsed=None), batch)
-        state = state.replace(sampler=self._sampler_state(), collapsed=np.asarray(collapsed))
+        state = state.replace(sampler=self._sampler_state(), collapsed=verdict)
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         t_gen = info.get("gen_time", 0.0)
@@ -1153,7 +1154,9 @@ class GRPOTrainer(LMTrainer):
                 print0(f"WARNING: step {int(state.step)}: the entropy of the predicted classes "
                        f"over the batch is {info['outcome_entropy']:.3f} bits, below "
                        f"grpo.collapse_entropy={threshold} (policy collapse / reward hacking?)")
-            state = state.replace(collapsed=np.asarray(bool(metrics["collapse"])))
+            now = np.asarray(bool(metrics["collapse"]))  # placed as it was: one update program
+            state = state.replace(collapsed=jnp.asarray(now) if verdict is None else
+                                  jax.device_put(now, verdict.sharding))
         return state, metrics
 
     def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:
