@@ -123,8 +123,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     def train(variant: str, seed: int, _) -> dict:
         trainer, t0 = trainers[variant], time.perf_counter()
-        if hasattr(trainer.sampler, "reset"):  # each run starts the engine afresh
-            trainer.sampler.reset()
+        # init_state starts the engine afresh; what it learns is checkpointed with the state
         state = study.fit_run(trainer, trainer.init_state(sft_params, study.grpo_key(seed)),
                               variant, seed, num_steps=cfg.grpo.steps,
                               postfix=("reward", "gen_time"))

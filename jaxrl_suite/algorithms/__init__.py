@@ -19,7 +19,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "masked_diffusion_objective", "sequence_estimates"
     ),
     "dispatch": ("DISPATCH", "Latency", "async_batch", "async_pipeline", "lm_rows"),
-    "dynamic_sampling": ("draw_until_full", "informative_groups", "pool_metrics", "select_groups"),
+    "dynamic_sampling": (
+        "draw_until_full", "dynamic_rollout", "informative_groups", "pool_metrics", "select_groups"
+    ),
     "executors": (
         "EXECUTOR_KINDS", "LocalToolExecutor", "RayToolExecutor", "ToolExecutor", "make_executor"
     ),

@@ -485,11 +485,14 @@ class AgentTrainer:
                              params_source=params_source, key=key)
 
     def init_state(self, params, rng, *, anchor: float | None = None):
-        state = self.grpo.init_state(params, rng, anchor=anchor)
-        self.runner.key = jax.random.wrap_key_data(state.rng)
-        return state
+        """`GRPOTrainer.init_state`: everything a run's episodes depend on is in it (the
+        sampling key is its `rng`)."""
+        return self.grpo.init_state(params, rng, anchor=anchor)
 
     def batch(self, cursor: int) -> list[Example]:
+        """The tasks of the step at data `cursor` (the `fit` loop's, checkpointed beside the
+        state), which it remembers: with agent.max_staleness the step also queues the next
+        steps' tasks, at the cursors that follow."""
         self._cursor = cursor
         return self.grpo.batch(cursor)
 
@@ -542,8 +545,13 @@ class AgentTrainer:
         return result
 
     def step(self, state, examples: Sequence[Example]):
+        """One GRPO update on G episodes per task of `examples`. The episodes' sampling key is
+        the state's (`rng`) and the rollout engine continues from its learning state, so a
+        resumed run, or a new one on this trainer, samples as the uninterrupted run would."""
         k, s = int(state.step), self.config.max_staleness
         t0 = time.perf_counter()
+        self.runner.key = jax.random.wrap_key_data(state.rng)
+        self.grpo.use_sampler_state(state)
         self.store.publish(state.params, k)
         if self.grpo.config.dynamic_sampling:  # on-policy only (checked in __init__)
             return self._dynamic_step(state, examples, t0)

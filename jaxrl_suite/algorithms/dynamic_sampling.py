@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
+
+from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
+from jaxrl_suite.models.sequence import SeqBatch
 
 
 def informative_groups(rewards) -> np.ndarray:
@@ -58,4 +62,37 @@ def pool_metrics(draws: Sequence[np.ndarray], filled: int, b: int) -> dict[str, 
             "reward_std": float(std.mean()), "zero_std_frac": float(np.mean(std == 0))}
 
 
-__all__ = ["draw_until_full", "informative_groups", "pool_metrics", "select_groups"]
+def dynamic_rollout(rollout: Callable, examples: Sequence, key: jax.Array, *, b: int, g: int,
+                    mesh):
+    """Dynamic sampling over the pool `examples` (max_draws x B prompts): `rollout(prompts,
+    key) -> (SeqBatch, old_logp, rewards [B, G], info)` of B prompts at a time (draw d with key
+    fold_in(key, d); draw 0 with `key` itself), keeping the groups whose rewards are not all
+    equal (`informative_groups`) until B are kept or the pool is spent. Free places are filled
+    with all-equal groups whose loss mask is zeroed. Returns the rollout's four outputs for the
+    B kept groups (placed on `mesh` like a rollout's), and the pool's metrics (kept_frac,
+    draws, filled; reward, reward_std, zero_std_frac and accuracy over every drawn group)."""
+
+    def draw(d):
+        seq, old_logp, rewards, info = rollout(examples[d * b : (d + 1) * b],
+                                               key if d == 0 else jax.random.fold_in(key, d))
+        rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]  # host, global
+        return (rows, info), rewards
+
+    out, drawn, chosen, filled = draw_until_full(draw, len(examples) // b, b)
+    rows, infos = [o[0] for o in out], [o[1] for o in out]
+    cols = [np.concatenate([rows[d][j][i * g : (i + 1) * g] for d, i in chosen])
+            for j in range(5)]
+    loss_mask = cols[3] * np.repeat(np.arange(b) < filled, g)[:, None].astype(np.float32)
+    local = process_rows(b * g)
+    seq = SeqBatch(*shard_batch(tuple(x[local] for x in (*cols[:4], loss_mask)), mesh))
+    old_logp = shard_batch(cols[4][local], mesh)
+    rewards = np.stack([drawn[d][i] for d, i in chosen])  # [B, G]
+    info = {**infos[0], "accuracy": float(np.mean([i["accuracy"] for i in infos])),
+            "length": float(np.mean([i["length"] for i in infos])),
+            "tokens": int(sum(i["tokens"] for i in infos))}
+    metrics = {**pool_metrics(drawn, filled, b), "accuracy": info["accuracy"]}
+    return seq, old_logp, rewards, info, metrics
+
+
+__all__ = ["draw_until_full", "dynamic_rollout", "informative_groups", "pool_metrics",
+           "select_groups"]

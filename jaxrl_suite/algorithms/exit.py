@@ -130,6 +130,7 @@ class ExItTrainer:
         g = self.grpo.config.group_size
         t0 = time.perf_counter()
         train, bstate = state
+        self.grpo.use_sampler_state(train)  # the rollout engine continues from the state's
         key = jax.random.fold_in(jax.random.wrap_key_data(train.rng), train.step)
         examples, tasks, turns, from_buffer, divergent, index = self.select(
             bstate, fresh, jax.random.fold_in(key, 1))
@@ -179,6 +180,7 @@ class MultiTurnTrainer:
     def step(self, state: GRPOTrainState, examples: Sequence[Example]):
         grpo, g = self.grpo, self.grpo.config.group_size
         t0 = time.perf_counter()
+        grpo.use_sampler_state(state)  # the rollout engine continues from the state's
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         seq, old_logp, rewards, info = grpo.rollout(state, examples, key=jax.random.fold_in(
             key, 0))

@@ -32,14 +32,14 @@ import dataclasses
 import functools
 import time
 from collections.abc import Sequence
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.dynamic_sampling import draw_until_full, pool_metrics
+from jaxrl_suite.algorithms.dynamic_sampling import dynamic_rollout
 from jaxrl_suite.algorithms.sft import LMTrainer
 from jaxrl_suite.core.config import (
     Count,
@@ -54,7 +54,6 @@ from jaxrl_suite.core.config import (
 )
 from jaxrl_suite.core.parallel import (
     batch_shards,
-    data_sharding,
     gather_rows,
     gradient_compiler_options,
     host_local,
@@ -106,8 +105,8 @@ from jaxrl_suite.models.sequence import (
     completion_token_map,
 )
 from jaxrl_suite.models.sharding import shard_tree
-from jaxrl_suite.sampling import GenerateOutput, Sampler
-from jaxrl_suite.sampling.engines import RolloutConfig, make_engine
+from jaxrl_suite.sampling import LearningSampler, Sampler
+from jaxrl_suite.sampling.engines import RolloutConfig, make_engine, sample_rollout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,11 +295,20 @@ UNSET_ANCHOR = -1.0
 
 @flax.struct.dataclass
 class GRPOTrainState(TrainState):
-    """The GRPO train state: `TrainState` plus SIREN's anchor, checkpointed with it.
+    """The GRPO train state: `TrainState` plus SIREN's anchor, what the rollout engine has
+    learned and the reward-hacking guard's verdict, all checkpointed with it, so a resumed run
+    continues exactly where the saved one stood.
 
-    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`)."""
+    `step` counts GRPO iterations (one `GRPOTrainer.update`, whatever `mu`). `sampler` is
+    host-side (not placed on the mesh); it and `collapsed` stay out of the jitted update."""
 
     anchor: jax.Array  # float32 scalar: SIREN's target entropy (>= 0); UNSET_ANCHOR = not set
+    # The rollout engine's `learning_state` (`sampling.base.LearningSampler`: the continuous
+    # engine's length table, the speculative drafter and its Adam state); None: it learns none.
+    sampler: Any = None
+    # bool scalar, placed like `step`: the last verdict of the reward-hacking guard
+    # (grpo.collapse_entropy), so its warning comes once when a collapse starts, resumed or not.
+    collapsed: Any = None
 
 
 class GRPOTrainer(LMTrainer):
@@ -331,7 +339,6 @@ class GRPOTrainer(LMTrainer):
         if scorer is not None:
             _check_scorer_config(config, sampler)
         self.config, self.scorer = config, scorer
-        self._collapsed = False  # the reward-hacking guard's last verdict (grpo.collapse_entropy)
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
         self.optimizer = make_optimizer(
             config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm,
@@ -467,7 +474,10 @@ class GRPOTrainer(LMTrainer):
         batch(0))`). Otherwise unused, it is `UNSET_ANCHOR`.
 
         `sft_opt_state`: the optimizer state of the SFT that produced `params`; with
-        grpo.carry_optimizer its Adam moments start this state's (`carry_adam_moments`)."""
+        grpo.carry_optimizer its Adam moments start this state's (`carry_adam_moments`).
+
+        A learning rollout engine starts afresh (`init_learning_state`): the state carries what
+        it learns from here on (`use_sampler_state`)."""
         c = self.config
         if c.carry_optimizer and sft_opt_state is None:
             raise ValueError("grpo.carry_optimizer needs the SFT optimizer state: "
@@ -479,11 +489,30 @@ class GRPOTrainer(LMTrainer):
         state = GRPOTrainState(
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
             anchor=jnp.asarray(UNSET_ANCHOR if anchor is None else anchor, jnp.float32),
+            sampler=(self.sampler.init_learning_state()
+                     if isinstance(self.sampler, LearningSampler) else None),
+            collapsed=jnp.asarray(False),
         )
+        self.use_sampler_state(state)
         if anchor is None and c.entropy_reg == "siren":
-            return self.init_state(params, rng, anchor=self.measure_anchor(
-                state, self.batch(0)[: c.prompts_per_step]), sft_opt_state=sft_opt_state)
-        return self.place_state(state)
+            measured = self.measure_anchor(state, self.batch(0)[: c.prompts_per_step])
+            state = state.replace(anchor=jnp.asarray(measured, jnp.float32),
+                                  sampler=self._sampler_state())  # the engine saw that rollout
+        return self.place_state(state.replace(sampler=None)).replace(
+            sampler=state.sampler)  # host-side: not placed
+
+    def use_sampler_state(self, state: GRPOTrainState) -> None:
+        """Set the rollout engine's learning state to `state`'s (`GRPOTrainState.sampler`; a
+        no-op for an engine that learns nothing). A step calls it before its rollout, and
+        the update stores the engine's new state back, so the train state, not the sampler,
+        carries what the engine has learned: a resumed run, or a new run on the same trainer,
+        continues from its own."""
+        if state.sampler is not None:
+            self.sampler.learning_state = state.sampler
+
+    def _sampler_state(self):
+        """The rollout engine's learning state now (None for an engine that learns nothing)."""
+        return self.sampler.learning_state if isinstance(self.sampler, LearningSampler) else None
 
     def batch(self, cursor: int) -> list[Example]:
         """The prompts of one step: prompts_per_step, or max_draws times as many with
@@ -512,8 +541,9 @@ class GRPOTrainer(LMTrainer):
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         # global row = prompt index * G + sample index: the sequence's id for its keys
-        out = self._sample(state.params, encoded, prompt, prompt_mask, key,
-                           first_row=(rows.start or 0) * g)
+        out = sample_rollout(self.sampler, state.params, encoded, (prompt, prompt_mask), key,
+                             mesh=self.mesh, micro=c.rollout_micro_batch,
+                             first_row=(rows.start or 0) * g)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
         verdicts = self.task.verify_batch(texts, group)
@@ -531,35 +561,6 @@ class GRPOTrainer(LMTrainer):
             info.update(verdict_metrics(verdicts))
         return seq, out.logprobs, rewards, info
 
-    def _sample(self, params, encoded, prompt, prompt_mask, key, first_row: int = 0
-                ) -> GenerateOutput:
-        """The sampler's completions of this process's prompt rows (`encoded`: their host
-        arrays; prompt, prompt_mask: the same placed on the mesh), grpo.rollout_micro_batch
-        global rows per call (one compiled program), reassembled and placed like the prompts.
-        Row i of the rollout is sequence first_row + i (first_row: this process's first global
-        row), so its key, and its completion, do not depend on the chunking."""
-        micro = self.config.rollout_micro_batch
-        chunk = micro // jax.process_count()
-        rows = len(encoded[0])
-        ids = np.arange(first_row, first_row + rows, dtype=np.int32)
-        if not micro or chunk >= rows:
-            out = self.sampler(params, prompt, prompt_mask, key,
-                               seq_ids=shard_batch(ids, self.mesh))
-            # rows split over the batch axes, like the prompts (an engine that scatters its
-            # rows, the continuous one, returns them replicated)
-            return GenerateOutput(*jax.device_put(tuple(out), data_sharding(self.mesh)))
-        if rows % chunk:
-            raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
-                             f"{rows * jax.process_count()} rows of a rollout")
-        outs = []
-        for start in range(0, rows, chunk):
-            p, pm, i = shard_batch(tuple(x[start : start + chunk] for x in (*encoded, ids)),
-                                   self.mesh)
-            out = self.sampler(params, p, pm, key, seq_ids=i)
-            outs.append([host_local(x) for x in out])
-        return GenerateOutput(*shard_batch(
-            tuple(np.concatenate(x) for x in zip(*outs, strict=True)), self.mesh))
-
     def measure_anchor(self, state: TrainState, examples: Sequence[Example]) -> float:
         """SIREN's anchor: H_bar (top-p entropy of the peak-entropy tokens) of the policy in
         `state` on one rollout of `examples` (sampled with the state's key). `init_state`
@@ -571,7 +572,9 @@ class GRPOTrainer(LMTrainer):
     def step(self, state: GRPOTrainState,
              examples: Sequence[Example]) -> tuple[GRPOTrainState, dict]:
         """One GRPO iteration on `examples`: `rollout` (`dynamic_rollout` with
-        grpo.dynamic_sampling), then `update` with the configured advantages."""
+        grpo.dynamic_sampling), then `update` with the configured advantages; the rollout
+        engine continues from `state`'s learning state (`use_sampler_state`)."""
+        self.use_sampler_state(state)
         t0 = time.perf_counter()
         if self.config.dynamic_sampling:
             seq, old_logp, rewards, info, pool = self.dynamic_rollout(state, examples)
@@ -580,46 +583,25 @@ class GRPOTrainer(LMTrainer):
             pool = {}
         info = dict(info, gen_time=time.perf_counter() - t0)
         state, metrics = self.update(state, seq, old_logp, rewards, info, t0=t0)
-        return state, {**metrics, **pool, **self.sampler_metrics(state, seq, rewards)}
+        state, engine = self.sampler_metrics(state, seq, rewards)
+        return state, {**metrics, **pool, **engine}
 
     def dynamic_rollout(self, state: GRPOTrainState, examples: Sequence[Example]):
-        """DAPO's dynamic sampling over the pool `examples` (`batch`'s max_draws x B prompts):
-        rollouts of B prompts at a time (draw d with key fold_in(k, d), k the step's key; draw
-        0 is the plain `rollout`), keeping the groups whose rewards are not all equal
-        (`informative_groups`) until B are kept or the pool is spent. Free places are filled
-        with all-equal groups whose loss mask is zeroed. Returns `rollout`'s four outputs for
-        the B kept groups, and the pool's metrics (kept_frac, draws, filled; reward, reward_std,
-        zero_std_frac and accuracy over every drawn group)."""
-        b, g = self.config.prompts_per_step, self.config.group_size
+        """DAPO's dynamic sampling (`algorithms.dynamic_sampling.dynamic_rollout`) over the pool
+        `examples` (`batch`'s max_draws x B prompts), B prompts a `rollout` from the step's key:
+        `rollout`'s four outputs for the B kept groups, and the pool's metrics."""
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        return dynamic_rollout(lambda ex, k: self.rollout(state, ex, key=k), examples, key,
+                               b=self.config.prompts_per_step, g=self.config.group_size,
+                               mesh=self.mesh)
 
-        def draw(d):
-            seq, old_logp, rewards, info = self.rollout(
-                state, examples[d * b : (d + 1) * b],
-                key=key if d == 0 else jax.random.fold_in(key, d))
-            rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]  # host, global
-            return (rows, info), rewards
-
-        out, drawn, chosen, filled = draw_until_full(draw, len(examples) // b, b)
-        rows, infos = [o[0] for o in out], [o[1] for o in out]
-        cols = [np.concatenate([rows[d][j][i * g : (i + 1) * g] for d, i in chosen])
-                for j in range(5)]
-        loss_mask = cols[3] * np.repeat(np.arange(b) < filled, g)[:, None].astype(np.float32)
-        local = process_rows(b * g)
-        seq = SeqBatch(*shard_batch(tuple(x[local] for x in (*cols[:4], loss_mask)), self.mesh))
-        old_logp = shard_batch(cols[4][local], self.mesh)
-        rewards = np.stack([drawn[d][i] for d, i in chosen])  # [B, G]
-        info = {**infos[0], "accuracy": float(np.mean([i["accuracy"] for i in infos])),
-                "length": float(np.mean([i["length"] for i in infos])),
-                "tokens": int(sum(i["tokens"] for i in infos))}
-        metrics = {**pool_metrics(drawn, filled, b), "accuracy": info["accuracy"]}
-        return seq, old_logp, rewards, info, metrics
-
-    def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray) -> dict:
-        """The rollout engine's numbers for the metrics log ("rollout_" + its `last_stats`:
-        decode steps, acceptance rate, draft length, ...); a learning sampler (the speculative
-        sampler's drafter) first learns from this rollout and the updated policy
-        (`learn(params, seq, rewards)`, its metrics prefixed "drafter_")."""
+    def sampler_metrics(self, state: GRPOTrainState, seq: SeqBatch, rewards: np.ndarray
+                        ) -> tuple[GRPOTrainState, dict]:
+        """(state, the rollout engine's numbers for the metrics log: "rollout_" + its
+        `last_stats`: decode steps, acceptance rate, draft length, ...). A sampler with `learn`
+        (the speculative sampler's drafter) first learns from this rollout and the updated
+        policy `state.params` (`learn(params, seq, rewards)`, its metrics prefixed "drafter_");
+        the returned state holds what it learned."""
         out = {}
         if hasattr(self.sampler, "learn"):
             t0 = time.perf_counter()
@@ -629,7 +611,7 @@ class GRPOTrainer(LMTrainer):
         stats = getattr(self.sampler, "last_stats", {})
         out.update({f"rollout_{k}": float(v) for k, v in stats.items()
                     if isinstance(v, int | float | np.number)})
-        return out
+        return state.replace(sampler=self._sampler_state()), out
 
     def update(self, state: GRPOTrainState, seq: SeqBatch, old_logp, rewards: np.ndarray,
                info: dict, *, advantages: np.ndarray | None = None,
@@ -678,8 +660,12 @@ class GRPOTrainer(LMTrainer):
         return self._finish_update(state, batch, rewards, info, t0)
 
     def _finish_update(self, state, batch: GRPOBatch, rewards, info, t0):
-        """The jitted update on `batch`, and the step's metrics."""
-        state, metrics = self._update(state, batch)
+        """The jitted update on `batch`, and the step's metrics. The new state holds the
+        rollout engine's learning state as the rollout left it, and the guard's verdict."""
+        verdict = state.collapsed
+        collapsed = verdict is not None and bool(verdict)
+        state, metrics = self._update(state.replace(sampler=None, collapsed=None), batch)
+        state = state.replace(sampler=self._sampler_state(), collapsed=verdict)
         metrics = {k: float(v) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         t_gen = info.get("gen_time", 0.0)
@@ -695,11 +681,13 @@ class GRPOTrainer(LMTrainer):
         threshold = self.config.collapse_entropy
         if threshold > 0 and "outcome_entropy" in info:  # the reward-hacking guard
             metrics["collapse"] = float(info["outcome_entropy"] < threshold)
-            if metrics["collapse"] and not self._collapsed:  # warn when it starts
+            if metrics["collapse"] and not collapsed:  # warn when it starts
                 print0(f"WARNING: step {int(state.step)}: the entropy of the predicted classes "
                        f"over the batch is {info['outcome_entropy']:.3f} bits, below "
                        f"grpo.collapse_entropy={threshold} (policy collapse / reward hacking?)")
-            self._collapsed = bool(metrics["collapse"])
+            now = np.asarray(bool(metrics["collapse"]))  # placed as it was: one update program
+            state = state.replace(collapsed=jnp.asarray(now) if verdict is None else
+                                  jax.device_put(now, verdict.sharding))
         return state, metrics
 
     def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:

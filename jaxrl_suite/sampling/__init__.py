@@ -2,7 +2,7 @@
 chooses the rollout engine (`ENGINES`, `make_engine`), and the LM runtime on the host
 (`map_batches`, `LMRunner`)."""
 
-from jaxrl_suite.sampling.base import GenerateOutput, Sampler
+from jaxrl_suite.sampling.base import GenerateOutput, LearningSampler, Sampler
 from jaxrl_suite.sampling.continuous import ContinuousSampler
 from jaxrl_suite.sampling.diffusion import DiffusionSampler
 from jaxrl_suite.sampling.engines import ENGINES, RolloutConfig, make_engine
@@ -12,5 +12,6 @@ from jaxrl_suite.sampling.runner import LMRunner, answer_id, map_batches
 from jaxrl_suite.sampling.speculative import SpeculativeSampler
 
 __all__ = ["ENGINES", "ContinuousSampler", "DiffusionSampler", "GenerateOutput", "KVCacheSampler",
-           "LMRunner", "RolloutConfig", "Sampler", "SpeculativeSampler", "answer_id", "maj_at_k",
-           "majority_answer", "make_engine", "map_batches", "pass_at_k", "ranking_agreement"]
+           "LMRunner", "LearningSampler", "RolloutConfig", "Sampler", "SpeculativeSampler",
+           "answer_id", "maj_at_k", "majority_answer", "make_engine", "map_batches", "pass_at_k",
+           "ranking_agreement"]

@@ -27,13 +27,16 @@ program. What shapes the program is fixed when a sampler is built (max_new_token
 (sampling/continuous.py: micro sampling groups, continuous batching with length-aware
 scheduling) and `SpeculativeSampler` (sampling/speculative.py: a drafter LM proposes, the policy
 verifies) implement this same protocol, so a trainer never knows which engine produced its
-rollouts. A sampler that learns from the rollouts (the speculative sampler's drafter) also has
-`learn(params, seq, rewards) -> metrics`, which `GRPOTrainer` calls after each rollout.
+rollouts. A sampler that learns across calls is a `LearningSampler`: the continuous engine's
+length predictor and the speculative sampler's drafter, whose `learn(params, seq, rewards) ->
+metrics` `GRPOTrainer` calls after each rollout. What it has learned is a pytree of arrays,
+`learning_state`, that the trainer keeps in its train state (checkpointed with it, so a resumed
+run continues exactly) and sets on the sampler before each step's rollout.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 
@@ -70,6 +73,23 @@ class Sampler(Protocol):
     ) -> GenerateOutput: ...
 
 
+@runtime_checkable
+class LearningSampler(Protocol):
+    """A `Sampler` that learns across calls (`ContinuousSampler`'s length predictor,
+    `SpeculativeSampler`'s drafter and draft-length controller).
+
+    learning_state: what it has learned, a pytree of arrays of fixed shapes; each call (and
+    `learn`) replaces it. The sampler works on it; the trainer owns it: it sets it from the
+    train state before a rollout and stores the new one back (`GRPOTrainState.sampler`), so
+    it is checkpointed, and a resumed run, or a new run on the same sampler, continues from
+    its own. init_learning_state(): a fresh run's (a checkpoint's restore template).
+    """
+
+    learning_state: Any
+
+    def init_learning_state(self) -> Any: ...
+
+
 def compiled_memory(fn, *args) -> dict:
     """The compiler's memory estimate of `jax.jit(fn)(*args)` (compiled, not run), in bytes:
     argument, output, temp, alias and peak = argument + output + temp - alias. The samplers'
@@ -81,4 +101,4 @@ def compiled_memory(fn, *args) -> dict:
     return out
 
 
-__all__ = ["GenerateOutput", "Sampler", "compiled_memory"]
+__all__ = ["GenerateOutput", "LearningSampler", "Sampler", "compiled_memory"]

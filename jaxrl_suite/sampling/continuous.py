@@ -18,6 +18,8 @@ position and step (the per-row `cache_index` of `CausalLM`). The whole rollout i
 The queue order is fixed on the host before decoding (`sampling.schedule`): "fifo" (rollout
 order), "sjf" (shortest predicted completion first) or "lpt" (longest first), from the sampler's
 `LengthPredictor`, an EMA of each prompt's earlier completion lengths that every call updates.
+What it has learned (`learning_state`, a `schedule.LengthTable` of arrays) is a
+`base.LearningSampler`'s state: a trainer keeps it in its train state and checkpoints it.
 
 Exactness: completion token j of row r is drawn with the key of (rng, seq_ids[r], j)
 (`kv_cache.token_keys`), from the same logits as the static sampler up to float rounding, so
@@ -49,6 +51,7 @@ from jaxrl_suite.sampling.schedule import (
     ORDERS,
     REFILLS,
     LengthPredictor,
+    LengthTable,
     prompt_ids,
     queue_order,
 )
@@ -163,9 +166,11 @@ class ContinuousSampler:
     out, stats = sampler.generate(params, prompt, prompt_mask, rng)        # + decode_steps, ...
 
     Same contract, options and per-sequence keys as `KVCacheSampler`, whose completions it
-    reproduces; `predictor` (a `LengthPredictor`, shared across calls) predicts each prompt's
-    completion length for the order and learns from every call's lengths. One compiled program
-    per input shape; R may be smaller than `slots` (then R slots are used).
+    reproduces; `predictor` (a `LengthPredictor`) predicts each prompt's completion length for
+    the order from `learning_state` (a `LengthTable`), which every call updates with its
+    lengths: a `LearningSampler`, whose trainer sets `learning_state` from its train state
+    before a rollout and keeps the new one (`init_learning_state()`: a fresh run's). One
+    compiled program per input shape; R may be smaller than `slots` (then R slots are used).
     """
 
     def __init__(self, model: CausalLM, *, slots: int, max_new_tokens: int, eos_id: int,
@@ -185,14 +190,14 @@ class ContinuousSampler:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.predictor = predictor or LengthPredictor(default=max_new_tokens / 2)
+        self.learning_state: LengthTable = self.predictor.init()
         self._settings = (f32_scalar(self.temperature), f32_scalar(self.top_p))
         self._jitted = {}
         self.last_stats: dict = {}
 
-    def reset(self) -> None:
-        """Forget the learned lengths (a new run on the same prompts starts from the task mean)."""
-        self.predictor = LengthPredictor(decay=self.predictor.decay,
-                                         default=self.predictor.default)
+    def init_learning_state(self) -> LengthTable:
+        """A fresh run's learning state: nothing learned (predictions start at N / 2)."""
+        return self.predictor.init()
 
     def _body(self, slots: int):
         return functools.partial(
@@ -220,7 +225,7 @@ class ContinuousSampler:
         check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
         ids = prompt_ids(_host(prompt), _host(prompt_mask))
-        predicted = self.predictor.predict(ids)
+        predicted = self.predictor.predict(self.learning_state, ids)
         queue = queue_order(predicted, self.order)
         slots = min(self.slots, len(ids))
         out, steps, prefills = self._program(slots)(
@@ -228,7 +233,7 @@ class ContinuousSampler:
             self._settings[0] if temperature is None else f32_scalar(temperature),
             self._settings[1] if top_p is None else f32_scalar(top_p))
         lengths = _host(out.lengths)
-        self.predictor.update(ids, lengths)
+        self.learning_state = self.predictor.update(self.learning_state, ids, lengths)
         self.last_stats = {"decode_steps": int(steps), "prefills": int(prefills),
                            "slots": slots, "tokens": int(lengths.sum()), "queue": queue,
                            "predicted_length": float(np.mean(predicted)),

@@ -27,10 +27,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.models.lm import CausalLM, LMConfig
-from jaxrl_suite.sampling.base import Sampler
+from jaxrl_suite.sampling.base import GenerateOutput, Sampler
 from jaxrl_suite.sampling.continuous import ContinuousSampler
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
@@ -140,6 +142,33 @@ def speculative_engine(model: CausalLM, c: RolloutConfig, tokenizer, *, drafter_
         reward_tau=c.drafter_reward_tau, **_settings(c, tokenizer))
 
 
+def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *, mesh,
+                   micro: int = 0, first_row: int = 0) -> GenerateOutput:
+    """`sampler`'s completions of this process's prompt rows (`encoded`: their host arrays
+    (ids, mask); `placed`: the same on the mesh), `micro` global rows per call
+    (grpo.rollout_micro_batch; 0: all at once; one compiled program), reassembled and placed
+    like the prompts. Row i is sequence first_row + i (this process's first global row), so its
+    key, and its completion, do not depend on the chunking."""
+    chunk = micro // jax.process_count()
+    rows = len(encoded[0])
+    ids = np.arange(first_row, first_row + rows, dtype=np.int32)
+    if not micro or chunk >= rows:
+        out = sampler(params, *placed, key, seq_ids=shard_batch(ids, mesh))
+        # rows split over the batch axes, like the prompts (an engine that scatters its rows,
+        # the continuous one, returns them replicated)
+        return GenerateOutput(*jax.device_put(tuple(out), data_sharding(mesh)))
+    if rows % chunk:
+        raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
+                         f"{rows * jax.process_count()} rows of a rollout")
+    outs = []
+    for start in range(0, rows, chunk):
+        p, pm, i = shard_batch(tuple(x[start : start + chunk] for x in (*encoded, ids)), mesh)
+        out = sampler(params, p, pm, key, seq_ids=i)
+        outs.append([host_local(x) for x in out])
+    return GenerateOutput(*shard_batch(
+        tuple(np.concatenate(x) for x in zip(*outs, strict=True)), mesh))
+
+
 def make_engine(model: CausalLM, c: RolloutConfig, tokenizer, **options) -> Sampler:
     """The rollout `Sampler` that `c.sampler` names (`ENGINES`), with the config's options.
     `options` go to its builder where it takes them: `shared` (static), `drafter_params` and
@@ -148,4 +177,5 @@ def make_engine(model: CausalLM, c: RolloutConfig, tokenizer, **options) -> Samp
 
 
 __all__ = ["DRAFT_KS", "ENGINES", "ENGINE_FIELDS", "RolloutConfig", "continuous_engine",
-           "drafter_config", "make_engine", "speculative_engine", "static_engine"]
+           "drafter_config", "make_engine", "sample_rollout", "speculative_engine",
+           "static_engine"]

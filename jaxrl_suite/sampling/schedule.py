@@ -7,7 +7,8 @@ R rows, fixed before decoding from predicted completion lengths:
 
   prediction   `LengthPredictor`: an exponential moving average of each prompt's completion
                lengths in earlier rollouts (prompt id = a hash of its tokens), with a fallback to
-               the mean over every prompt seen (the task mean), or N/2 before any rollout.
+               the mean over every prompt seen (the task mean), or N/2 before any rollout. What it
+               has learned is a `LengthTable` of arrays, checkpointed in the train state.
   rounds       (naive micro sampling groups) the queue is cut into rounds of M rows; a round
                starts when every row of the previous one is done, so its cost in decode steps is
                the longest length in it, and a rollout costs sum over rounds of max length (a row
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,41 +51,87 @@ def prompt_ids(prompt: np.ndarray, prompt_mask: np.ndarray) -> list[int]:
             for row, m in zip(prompt, prompt_mask, strict=True)]
 
 
-class LengthPredictor:
-    """Per-prompt exponential moving average of completion lengths.
+class LengthTable(NamedTuple):
+    """What a `LengthPredictor` has learned, as host arrays of fixed shapes, so a train state
+    holds it and a checkpoint restores it into a fresh one's structure (`ContinuousSampler`'s
+    `learning_state`). Slots fill in the order prompts are first seen; -1 marks a free one."""
 
-    predict(ids) -> [B] float: for a prompt seen before, its EMA
+    ids: np.ndarray  # [capacity] int64: prompt ids (`prompt_ids`), -1 = free
+    ema: np.ndarray  # [capacity] float64: each prompt's EMA of completion lengths
+    total: np.ndarray  # float64 scalar: the sum of every completion length seen
+    count: np.ndarray  # int64 scalar: how many completions
+
+
+class LengthPredictor:
+    """Per-prompt exponential moving average of completion lengths, over a `LengthTable`.
+
+    table = predictor.init()
+    predicted = predictor.predict(table, ids)           # [B] float64
+    table = predictor.update(table, ids, lengths)       # a new table; the old one is unchanged
+
+    predict: for a prompt seen before, its EMA
         L_hat <- decay * L_hat + (1 - decay) * mean(lengths of its rows in the latest rollout);
     for a new prompt, the mean over every completion seen so far (the task mean), or `default`
-    (N / 2 for the samplers) before any.
+    (N / 2 for the samplers) before any. The table holds `capacity` prompts; an update that
+    would see more raises (a run's distinct prompts: at most steps x prompts per step).
     """
 
-    def __init__(self, *, decay: float = 0.5, default: float = 0.0):
+    def __init__(self, *, decay: float = 0.5, default: float = 0.0, capacity: int = 1 << 16):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"LengthPredictor decay must be in [0, 1), got {decay}")
-        self.decay, self.default = decay, float(default)
-        self.ema: dict[int, float] = {}
-        self._total, self._count = 0.0, 0
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"LengthPredictor capacity must be a positive int, got {capacity!r}")
+        self.decay, self.default, self.capacity = decay, float(default), capacity
 
-    @property
-    def task_mean(self) -> float:
-        return self._total / self._count if self._count else self.default
+    def init(self) -> LengthTable:
+        """The table of a predictor that has seen nothing."""
+        return LengthTable(np.full(self.capacity, -1, np.int64),
+                           np.zeros(self.capacity, np.float64), np.asarray(0.0, np.float64),
+                           np.asarray(0, np.int64))
 
-    def predict(self, ids: Sequence[int]) -> np.ndarray:
-        fallback = self.task_mean
-        return np.array([self.ema.get(i, fallback) for i in ids], np.float64)
+    def task_mean(self, table: LengthTable) -> float:
+        """The mean of every completion length in `table` (`default` before any)."""
+        count = int(table.count)
+        return float(table.total) / count if count else self.default
 
-    def update(self, ids: Sequence[int], lengths: np.ndarray) -> None:
+    @staticmethod
+    def _index(table: LengthTable) -> dict[int, int]:
+        """prompt id -> its slot in the table."""
+        n = int(np.count_nonzero(table.ids >= 0))
+        return {i: j for j, i in enumerate(table.ids[:n].tolist())}
+
+    def predict(self, table: LengthTable, ids: Sequence[int]) -> np.ndarray:
+        """Predicted completion lengths [B] float64 of prompts `ids` (see the class docstring)."""
+        index, fallback = self._index(table), self.task_mean(table)
+        return np.array([table.ema[index[i]] if i in index else fallback for i in ids],
+                        np.float64)
+
+    def update(self, table: LengthTable, ids: Sequence[int], lengths: np.ndarray
+               ) -> LengthTable:
+        """`table` after a rollout whose rows [B] have prompt `ids` and completion `lengths`."""
         lengths = np.asarray(lengths, np.float64)
         by_id: dict[int, list[float]] = {}
         for i, n in zip(ids, lengths, strict=True):
-            by_id.setdefault(i, []).append(float(n))
+            by_id.setdefault(int(i), []).append(float(n))
+        index = self._index(table)
+        size = len(index)
+        new = sum(i not in index for i in by_id)
+        if size + new > self.capacity:
+            raise ValueError(f"LengthPredictor: {size + new} distinct prompts exceed its capacity "
+                             f"{self.capacity}; build it with a larger capacity "
+                             f"(ContinuousSampler(predictor=LengthPredictor(capacity=...)))")
+        table_ids, ema = table.ids.copy(), table.ema.copy()
         for i, ns in by_id.items():
             mean = float(np.mean(ns))
-            self.ema[i] = mean if i not in self.ema else (
-                self.decay * self.ema[i] + (1.0 - self.decay) * mean)
-        self._total += float(lengths.sum())
-        self._count += lengths.size
+            if i in index:
+                j = index[i]
+                ema[j] = self.decay * ema[j] + (1.0 - self.decay) * mean
+            else:
+                table_ids[size], ema[size] = i, mean
+                size += 1
+        return LengthTable(table_ids, ema, np.asarray(float(table.total) + float(lengths.sum()),
+                                                      np.float64),
+                           np.asarray(int(table.count) + lengths.size, np.int64))
 
 
 def queue_order(predicted: np.ndarray, order: str) -> np.ndarray:
@@ -137,4 +185,5 @@ def decode_steps(lengths: np.ndarray, queue: np.ndarray, slots: int, refill: str
         remaining = np.maximum(remaining - 1, 0)
 
 
-__all__ = ["ORDERS", "REFILLS", "LengthPredictor", "decode_steps", "prompt_ids", "queue_order"]
+__all__ = ["ORDERS", "REFILLS", "LengthPredictor", "LengthTable", "decode_steps", "prompt_ids",
+           "queue_order"]

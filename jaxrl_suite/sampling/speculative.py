@@ -65,6 +65,11 @@ Drafter evolution (ReSpec's second and third gaps): `learn(params, seq, rewards)
 drafter from the current actor on each fresh rollout (`losses.distill.kd_loss`, forward KL at
 the sampling temperature), optionally weighting each rollout by `reward_weights(rewards,
 reward_tau)`; `distill(params, seq, steps)` warm-starts it the same way.
+
+What the sampler learns (the drafter's params, its Adam state, the controller's acceptance
+estimate and measured costs) is its `learning_state`, a `DrafterState` of arrays: a
+`base.LearningSampler`'s state, which a trainer keeps in its train state and checkpoints, so a
+resumed run continues with the drafter it had.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ import functools
 import math
 import time
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -441,6 +447,26 @@ def measure_costs(model: CausalLM, params, *,
     return max(float(overhead), 0.0), max(float(per_token), 0.0)
 
 
+class DrafterState(NamedTuple):
+    """What a `SpeculativeSampler` has learned (its `learning_state`), as arrays: the drafter,
+    its Adam state and the `DraftLengthController`'s estimates. The controller's numbers are
+    host float64 / int64 arrays, so they round-trip a checkpoint bit for bit."""
+
+    params: Any  # the drafter's params
+    opt_state: Any  # their Adam state
+    acceptance: np.ndarray  # float64 scalar: the controller's acceptance-rate EMA
+    measurements: np.ndarray  # int64 scalar: the rates folded into it
+    costs: np.ndarray  # [2, 2] float64: (overhead, per_token) of the target, the drafter; NaN: none
+
+
+def _cost_row(cost: tuple[float, float] | None) -> list[float]:
+    return [math.nan, math.nan] if cost is None else [float(c) for c in cost]
+
+
+def _cost_pair_of(row: np.ndarray) -> tuple[float, float] | None:
+    return None if np.isnan(row).any() else (float(row[0]), float(row[1]))
+
+
 class SpeculativeSampler:
     """A `Sampler` by speculative decoding with an evolving drafter (see the module docstring).
 
@@ -450,8 +476,11 @@ class SpeculativeSampler:
     out, stats = spec.generate(params, prompt, prompt_mask, rng, k=4)
     metrics = spec.learn(params, seq, rewards)                 # distil the drafter after a rollout
 
-    drafter: a smaller `CausalLM` with the model's vocabulary; `drafter_params` (an attribute,
-    replaced by `learn` / `distill`) and its Adam state (`opt_state`) live on the sampler.
+    drafter: a smaller `CausalLM` with the model's vocabulary, starting from `drafter_params`.
+    What it learns (`learning_state`, a `DrafterState`: `drafter_params`, its Adam state
+    `opt_state` and the controller's estimates, replaced by calls, `learn` and `distill`) is a
+    `LearningSampler`'s state: a trainer sets it from its train state before a rollout and
+    keeps the new one; `init_learning_state()` is a fresh run's (the drafter it was built with).
     draft_k: "auto" (the `controller` picks k in k_choices per call) or a fixed int of k_choices.
     max_new_tokens, top_k, greedy and k are static (one program per k and input shape, compiled
     when first used); temperature and top_p are traced, as in `KVCacheSampler`.
@@ -504,15 +533,33 @@ class SpeculativeSampler:
         self._programs: dict[int, object] = {}
         self.last_stats: dict | None = None
 
-    def reset(self) -> None:
-        """Back to the drafter the sampler was built with (its params, a fresh Adam state and
-        acceptance estimate; measured costs are kept): each run starts from the same drafter."""
-        self.drafter_params = self._initial_drafter
-        self.opt_state = self._optimizer.init(self._initial_drafter)
-        self.controller = DraftLengthController(
-            self.k_choices, target_cost=self.controller.target_cost,
-            draft_cost=self.controller.draft_cost)
-        self.last_stats = None
+    def init_learning_state(self) -> DrafterState:
+        """A fresh run's learning state: the drafter the sampler was built with, a fresh Adam
+        state and the controller's prior; the costs the controller knows (given, or measured
+        by an earlier run: a property of the machine, not of the run) are kept."""
+        fresh = DraftLengthController(self.k_choices)
+        return DrafterState(
+            self._initial_drafter, self._optimizer.init(self._initial_drafter),
+            np.asarray(fresh.acceptance, np.float64), np.asarray(fresh.measurements, np.int64),
+            np.asarray([_cost_row(self.controller.target_cost),
+                        _cost_row(self.controller.draft_cost)], np.float64))
+
+    @property
+    def learning_state(self) -> DrafterState:
+        """What the sampler has learned (see `DrafterState`); a new object on every read."""
+        c = self.controller
+        return DrafterState(
+            self.drafter_params, self.opt_state, np.asarray(c.acceptance, np.float64),
+            np.asarray(c.measurements, np.int64),
+            np.asarray([_cost_row(c.target_cost), _cost_row(c.draft_cost)], np.float64))
+
+    @learning_state.setter
+    def learning_state(self, state: DrafterState) -> None:
+        c = self.controller
+        self.drafter_params, self.opt_state = state.params, state.opt_state
+        c.acceptance, c.measurements = float(state.acceptance), int(state.measurements)
+        costs = np.asarray(state.costs, np.float64)
+        c.target_cost, c.draft_cost = _cost_pair_of(costs[0]), _cost_pair_of(costs[1])
 
     # -- decoding ------------------------------------------------------------------------------
 
@@ -703,4 +750,4 @@ class SpeculativeSampler:
         return f"SpeculativeSampler({options})"
 
 
-__all__ = ["DraftLengthController", "SpeculativeSampler", "measure_costs"]
+__all__ = ["DraftLengthController", "DrafterState", "SpeculativeSampler", "measure_costs"]

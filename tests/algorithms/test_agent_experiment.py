@@ -1,6 +1,8 @@
 """The agent_tools experiment (issue 20) through the CLI at smoke size, resumed."""
 
 import json
+import re
+import shutil
 
 import pytest
 
@@ -78,6 +80,38 @@ def test_resume_reads_finished_runs_back(smoke):
                  str(out)]) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["variants"] == summary["variants"] and again["sft"] == summary["sft"]
+
+
+def test_a_killed_run_resumes_exactly(tmp_path):
+    """A run killed after step 2 of 4 and resumed logs the uninterrupted run's steps 3 and 4:
+    the episodes' sampling key is the train state's, the data cursor the checkpoint's."""
+    sets = ["--set", "variants.names=[tools]", "--set", "grpo.steps=4",
+            "--set", "run.checkpoint_every=2"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(["run", "agent_tools", "--smoke", "--no-progress", *sets,
+                 "--out", str(straight)]) == 0
+    shutil.copytree(straight, killed)
+    shutil.rmtree(killed / "checkpoints" / "tools_s0" / "4")  # killed after step 2
+    (killed / "runs" / "tools_s0" / "result.json").unlink()
+    (killed / "summary.json").unlink()
+    assert main(["run", "agent_tools", "--smoke", "--no-progress", *sets, "--resume",
+                 "--out", str(killed)]) == 0
+
+    def grpo_records(out):
+        # every logged number but the timings and lm_fill (the runner's padding ratio, counted
+        # from the start of the process, not of the run)
+        return [{k: v for k, v in r.items() if not re.search("time|per_s|lm_fill", k)}
+                for r in read_metrics(out / "runs" / "tools_s0" / "metrics.jsonl")
+                if r["stage"] == "grpo"]
+
+    a, b = grpo_records(straight), grpo_records(killed)
+    assert [r["step"] for r in b] == [1, 2, 3, 4]  # each step once
+    assert len({r["length"] for r in a}) > 1  # the steps sample different episodes
+    assert a == b
+    ra = json.loads((straight / "runs" / "tools_s0" / "result.json").read_text())
+    rb = json.loads((killed / "runs" / "tools_s0" / "result.json").read_text())
+    assert {k: v for k, v in ra.items() if "time" not in k} == \
+        {k: v for k, v in rb.items() if "time" not in k}
 
 
 def test_variants_set_the_episode_settings():

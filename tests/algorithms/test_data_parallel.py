@@ -77,14 +77,16 @@ SCRIPT = textwrap.dedent(
         want = tuple(a for a, n in (("fsdp", shape[1]), ("tensor", shape[2])) if n > 1)
         assert tuple(x for x in q.sharding.spec if x) == want, (shape, q.sharding.spec)
         # per-device bytes: at most total / (fsdp * tensor) plus what stays replicated, which
-        # is only the norm scales and the scalars (step, rng, anchor, Adam's count): < 2 %
+        # is only the norm scales and the scalars (step, rng, anchor, collapsed, Adam's count):
+        # < 2 %
         split = shape[1] * shape[2]
         replicated = {}
         for path, x in jax.tree_util.tree_leaves_with_path(g):
             if all(a is None for a in x.sharding.spec):
                 replicated[path_str(path)] = x.nbytes
         names = {p.rsplit("/", 1)[-1] for p in replicated}
-        assert split == 1 or names <= {"scale", "count", "step", "rng", "anchor"}, replicated
+        assert split == 1 or names <= {"scale", "count", "step", "rng", "anchor", "collapsed"}, \
+            replicated
         extra = sum(replicated.values()) if split > 1 else 0
         assert extra < 0.02 * total, (extra, total)
         per_device = max(bytes_per_device(g).values())

@@ -157,6 +157,6 @@ def test_rollout_chunks_and_engines_draw_the_same_completions(setup, plain, chan
     np.testing.assert_array_equal(got_seq.completion, seq.completion)
     np.testing.assert_array_equal(got_seq.completion_mask, seq.completion_mask)
     np.testing.assert_allclose(got_logp, old_logp, atol=1e-5)
-    stats = other.sampler_metrics(state, got_seq, np.zeros((4, 4), np.float32))
+    _, stats = other.sampler_metrics(state, got_seq, np.zeros((4, 4), np.float32))
     if "slots" in changes:
         assert stats["rollout_slots"] == 4 and stats["rollout_decode_steps"] >= 5

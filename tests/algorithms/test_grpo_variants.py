@@ -6,6 +6,7 @@ that are ASCII letters or digits (about 0.15 under the random initial policy), s
 groups have spread and every estimator sees non-zero advantages.
 """
 
+import copy
 import dataclasses
 
 import jax
@@ -191,3 +192,21 @@ def test_a_designed_reward_replaces_score_plus_format_and_its_components_are_log
     assert (m["reward_alnum"], m["outcome_entropy"]) == (info["reward_alnum"],
                                                          info["outcome_entropy"])
     assert "collapse" not in m  # grpo.collapse_entropy = 0: the guard is off
+
+
+def test_the_collapse_guard_warns_once_from_the_verdict_in_the_state(grpo, capsys):
+    trainer, state = grpo
+    # the guard reads grpo.collapse_entropy on the host: a copy with it on shares the update
+    guarded = copy.copy(trainer)
+    guarded.config = dataclasses.replace(trainer.config, collapse_entropy=0.5)
+    seq, old_logp, rewards, info = trainer.rollout(state, trainer.batch(0))
+    low = dict(info, outcome_entropy=0.1)  # below 0.5 bits: a collapse
+    assert not state.collapsed
+    s1, m1 = guarded.update(state, seq, old_logp, rewards, low)
+    assert m1["collapse"] == 1.0 and s1.collapsed and capsys.readouterr().out.count("WARNING") == 1
+    s2, _ = guarded.update(s1, seq, old_logp, rewards, low)  # still collapsed: no new warning
+    assert s2.collapsed and "WARNING" not in capsys.readouterr().out
+    guarded.update(state, seq, old_logp, rewards, low)  # from a state before it: warns again
+    assert capsys.readouterr().out.count("WARNING") == 1
+    s3, m3 = guarded.update(s2, seq, old_logp, rewards, dict(info, outcome_entropy=0.9))
+    assert m3["collapse"] == 0.0 and not s3.collapsed

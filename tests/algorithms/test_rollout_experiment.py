@@ -2,6 +2,8 @@
 grpo.sampler options."""
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,10 @@ from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite_experiments.rollout_efficiency import VARIANTS, Config, variant_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rollout_efficiency.yaml"
+
+
+def _untimed(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not re.search("time|per_s", k)}
 
 
 def _records(out, run):
@@ -93,3 +99,34 @@ def test_smoke_run_writes_results(tmp_path, capsys):
         summary["variants"]["static"]["memory_peak_mb"]["mean"]
     for name in ("reward.png", "acceptance.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_a_killed_run_resumes_exactly(tmp_path):
+    """What the engines learn (the continuous engine's length table, the speculative drafter,
+    its Adam state and the controller's estimate) is checkpointed with the train state: a run
+    killed after step 2 of 4 and resumed logs the uninterrupted run's steps 3 and 4 exactly."""
+    sets = ["--set", "engines.names=[continuous,speculative]", "--set", "grpo.steps=4",
+            "--set", "run.checkpoint_every=2"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(["run", "rollout_efficiency", "--smoke", "--no-progress", *sets,
+                 "--out", str(straight)]) == 0
+    shutil.copytree(straight, killed)
+    for run in ("continuous_s0", "speculative_s0"):  # killed after step 2 (checkpointed)
+        shutil.rmtree(killed / "checkpoints" / run / "4")
+        (killed / "runs" / run / "result.json").unlink()
+    (killed / "summary.json").unlink()
+    assert main(["run", "rollout_efficiency", "--smoke", "--no-progress", *sets, "--resume",
+                 "--out", str(killed)]) == 0
+    for run in ("continuous_s0", "speculative_s0"):
+        a, b = _records(straight, run), _records(killed, run)
+        assert [r["step"] for r in b] == [1, 2, 3, 4]  # each step once
+        # every logged number but the timings: reward, loss, the rollout engine's stats (the
+        # length table's predictions, the drafter's KD loss and acceptance, the draft length)
+        assert [_untimed(r) for r in a] == [_untimed(r) for r in b], run
+        assert "rollout_predicted_length" in a[0] or "drafter_kd" in a[0]
+        ra = json.loads((straight / "runs" / run / "result.json").read_text())
+        rb = json.loads((killed / "runs" / run / "result.json").read_text())
+        for key in ("greedy_accuracy", "sampled_accuracy"):
+            assert ra[key] == rb[key], (run, key)
+    # the length table had learned something by step 3: a fresh one would predict N / 2 = 20
+    assert _records(killed, "continuous_s0")[2]["rollout_predicted_length"] != 20.0

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 from test_kv_cache import MODEL, N, _params, _prompts
 
-from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler
+from jaxrl_suite.core.checkpoint import Checkpointer
+from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler, LearningSampler
 from jaxrl_suite.sampling.schedule import (
     LengthPredictor,
+    LengthTable,
     decode_steps,
     prompt_ids,
     queue_order,
@@ -93,16 +95,95 @@ def test_decode_steps_reference_hand_cases():
 
 def test_length_predictor_ema_and_fallback():
     pred = LengthPredictor(decay=0.5, default=7.0)
-    np.testing.assert_array_equal(pred.predict([1, 2]), [7.0, 7.0])
-    pred.update([1, 1, 2], np.array([4, 6, 10]))  # prompt 1: mean 5; prompt 2: 10
-    np.testing.assert_allclose(pred.predict([1, 2, 3]), [5.0, 10.0, 20.0 / 3.0])  # 3: task mean
-    pred.update([1], np.array([9]))
-    np.testing.assert_allclose(pred.predict([1]), [0.5 * 5.0 + 0.5 * 9.0])
+    t0 = pred.init()
+    np.testing.assert_array_equal(pred.predict(t0, [1, 2]), [7.0, 7.0])
+    t1 = pred.update(t0, [1, 1, 2], np.array([4, 6, 10]))  # prompt 1: mean 5; prompt 2: 10
+    np.testing.assert_allclose(pred.predict(t1, [1, 2, 3]), [5.0, 10.0, 20.0 / 3.0])  # 3: mean
+    t2 = pred.update(t1, [1], np.array([9]))
+    np.testing.assert_allclose(pred.predict(t2, [1]), [0.5 * 5.0 + 0.5 * 9.0])
+    np.testing.assert_allclose(pred.predict(t1, [1]), [5.0])  # an update makes a new table
+    np.testing.assert_array_equal(pred.predict(t0, [1]), [7.0])
+    assert (int(t2.count), float(t2.total)) == (4, 29.0)
+    np.testing.assert_array_equal(t2.ids[:3], [1, 2, -1])  # slots in first-seen order
     np.testing.assert_array_equal(queue_order(np.array([3.0, 1.0, 3.0, 2.0]), "sjf"), [1, 3, 0, 2])
     np.testing.assert_array_equal(queue_order(np.array([3.0, 1.0, 3.0, 2.0]), "lpt"), [0, 2, 3, 1])
     ids = prompt_ids(np.array([[0, 5, 6], [9, 5, 6], [5, 6, 0]]),
                      np.array([[0, 1, 1], [0, 1, 1], [1, 1, 0]], bool))
     assert ids[0] == ids[1] == ids[2]  # the id is of the real tokens only
+
+
+def _dict_predictor(rollouts, decay, default):
+    """The predictor as it was before its state became arrays (a dict of Python floats): its
+    predictions before each rollout of `rollouts` [(ids, lengths)]."""
+    ema, total, count, out = {}, 0.0, 0, []
+    for ids, lengths in rollouts:
+        mean_all = total / count if count else default
+        out.append(np.array([ema.get(i, mean_all) for i in ids], np.float64))
+        by_id = {}
+        for i, n in zip(ids, np.asarray(lengths, np.float64), strict=True):
+            by_id.setdefault(i, []).append(float(n))
+        for i, ns in by_id.items():
+            m = float(np.mean(ns))
+            ema[i] = m if i not in ema else decay * ema[i] + (1.0 - decay) * m
+        total += float(np.asarray(lengths, np.float64).sum())
+        count += len(lengths)
+    return out
+
+
+def test_length_table_predicts_what_the_dict_did_and_round_trips_a_checkpoint(tmp_path):
+    rng = np.random.default_rng(3)
+    prompts = rng.integers(0, 2**32, size=40).tolist()  # crc32-sized ids
+    rollouts = []
+    for _ in range(30):  # GRPO-like: 4 prompts x 3 samples a rollout, prompts seen again
+        ids = np.repeat(rng.choice(prompts, size=4, replace=False), 3).tolist()
+        rollouts.append((ids, rng.integers(1, 57, size=12)))
+    pred = LengthPredictor(decay=0.3, default=28.0, capacity=64)
+    table, got = pred.init(), []
+    for ids, lengths in rollouts:
+        got.append(pred.predict(table, ids))
+        table = pred.update(table, ids, lengths)
+    for a, b in zip(got, _dict_predictor(rollouts, 0.3, 28.0), strict=True):
+        np.testing.assert_array_equal(a, b)  # bit for bit
+    ckpt = Checkpointer(tmp_path / "lengths")
+    ckpt.save(1, table, force=True)
+    back, _ = ckpt.restore(pred.init())
+    ckpt.close()
+    assert type(back) is LengthTable
+    for a, b in zip(table, back, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_sampler_predicts_from_the_learning_state_it_is_given(static_out):
+    sampler = SAMPLERS["sjf-4"]
+    assert isinstance(sampler, LearningSampler)
+    prompt, mask = _rollout()
+    kept = sampler.learning_state
+    try:
+        sampler.learning_state = sampler.init_learning_state()  # a fresh run: N / 2 for all
+        _, stats = sampler.generate(_params(), prompt, mask, jax.random.key(5))
+        assert stats["predicted_length"] == N / 2
+        np.testing.assert_array_equal(stats["queue"], np.arange(len(prompt)))  # all ties
+        taught = sampler.learning_state
+        assert int(taught.count) == len(prompt)
+        lengths = np.asarray(static_out.lengths)
+        assert float(taught.total) == lengths.sum()
+        sampler.learning_state = taught  # e.g. restored from a checkpoint: ordered by it
+        _, stats = sampler.generate(_params(), prompt, mask, jax.random.key(5))
+        assert stats["predicted_length"] == pytest.approx(lengths.mean())
+        assert np.all(np.diff(lengths[stats["queue"]].reshape(4, 3).mean(1)) >= 0)
+    finally:
+        sampler.learning_state = kept
+
+
+def test_length_predictor_refuses_more_prompts_than_its_capacity():
+    pred = LengthPredictor(capacity=2)
+    table = pred.update(pred.init(), [5, 5, 6], np.array([1, 2, 3]))
+    table = pred.update(table, [6, 5], np.array([4, 4]))  # seen prompts: fine
+    with pytest.raises(ValueError, match="3 distinct prompts exceed its capacity 2"):
+        pred.update(table, [7], np.array([1]))
+    with pytest.raises(ValueError, match="capacity must be a positive int"):
+        LengthPredictor(capacity=0)
 
 
 @pytest.mark.parametrize("kwargs, error", [

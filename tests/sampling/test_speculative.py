@@ -11,10 +11,11 @@ import pytest
 from jax.flatten_util import ravel_pytree
 from scipy.stats import chisquare
 
+from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.models.sequence import SeqBatch
 from jaxrl_suite.sampling import KVCacheSampler, SpeculativeSampler
-from jaxrl_suite.sampling.speculative import DraftLengthController, measure_costs
+from jaxrl_suite.sampling.speculative import DrafterState, DraftLengthController, measure_costs
 
 V, P, N, EOS, PAD = 8, 4, 8, 1, 0
 CFG = LMConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_len=40)
@@ -287,9 +288,9 @@ def test_learn_distils_the_drafter_and_raises_acceptance():
         SPEC.drafter_params, SPEC.opt_state, SPEC.reward_tau = saved
 
 
-def test_a_frozen_drafter_is_measured_not_trained_and_reset_restores_it():
+def test_a_frozen_drafter_is_measured_not_trained_and_a_fresh_state_restores_it(tmp_path):
     params = _params()
-    saved = SPEC.drafter_params, SPEC.opt_state, SPEC.distill_steps, SPEC._initial_drafter
+    saved = SPEC.learning_state, SPEC.distill_steps
     rng = np.random.default_rng(8)
     mask = np.arange(P)[None, :] >= P - rng.integers(1, P + 1, size=(B_BIG, 1))
     prompt = np.where(mask, rng.integers(2, V, size=(B_BIG, P)), 0).astype(np.int32)
@@ -298,17 +299,39 @@ def test_a_frozen_drafter_is_measured_not_trained_and_reset_restores_it():
         seq = SeqBatch(prompt[:256], mask[:256], out.tokens[:256], out.mask[:256])
         SPEC.distill_steps = 0
         frozen = SPEC.learn(params, seq)
-        assert SPEC.drafter_params is saved[0]  # not trained
+        assert SPEC.drafter_params is saved[0].params  # not trained
         SPEC.distill_steps = 1
         trained = SPEC.learn(params, seq, np.ones((32, 8), np.float32))  # metrics: before step
         np.testing.assert_allclose(frozen["drafter_alpha"], trained["drafter_alpha"], rtol=1e-5)
         assert 0.0 < frozen["drafter_alpha"] < 1.0 and frozen["drafter_kl"] > 0
-        assert SPEC.drafter_params is not saved[0]
-        SPEC._initial_drafter = saved[0]
-        SPEC.reset()  # a new run starts from the drafter the sampler was built with
-        assert SPEC.drafter_params is saved[0] and SPEC.last_stats is None
+        assert SPEC.drafter_params is not saved[0].params
+        learned = SPEC.learning_state
+        assert int(learned.measurements) == int(saved[0].measurements) + 3  # call, 2 learns
+
+        # What it learned round-trips a checkpoint bit for bit, into a fresh state's structure.
+        ckpt = Checkpointer(tmp_path / "drafter")
+        ckpt.save(1, learned, force=True)
+        restored, _ = ckpt.restore(SPEC.init_learning_state())
+        ckpt.close()
+        assert type(restored) is DrafterState and restored.acceptance.dtype == np.float64
+        for a, b in zip(jax.tree.leaves(learned), jax.tree.leaves(restored), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert float(restored.acceptance) == SPEC.controller.acceptance  # not rounded
+        np.testing.assert_array_equal(restored.costs, [COSTS["target_cost"], COSTS["draft_cost"]])
+
+        # A new run starts from the drafter the sampler was built with; a resumed one from
+        # the restored state.
+        SPEC.learning_state = SPEC.init_learning_state()
+        assert SPEC.drafter_params is _drafter_params()
+        assert (SPEC.controller.acceptance, SPEC.controller.measurements) == (0.5, 0)
+        assert SPEC.controller.target_cost == COSTS["target_cost"]  # costs are kept
+        SPEC.learning_state = restored
+        assert SPEC.controller.acceptance == learned.acceptance
+        assert SPEC.controller.measurements == learned.measurements
+        np.testing.assert_array_equal(ravel_pytree(SPEC.drafter_params)[0],
+                                      ravel_pytree(learned.params)[0])
     finally:
-        SPEC.drafter_params, SPEC.opt_state, SPEC.distill_steps, SPEC._initial_drafter = saved
+        SPEC.learning_state, SPEC.distill_steps = saved
 
 
 def test_controller_hand_cases():
