@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.parallel import make_mesh, shard_batch
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer

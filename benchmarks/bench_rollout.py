@@ -37,7 +37,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, rollout_config
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
 from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task

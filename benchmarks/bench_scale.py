@@ -44,7 +44,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer  # noqa: E402
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer  # noqa: E402
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.parallel import data_sharding, make_mesh  # noqa: E402
 from jaxrl_suite.envs.text import make_task  # noqa: E402
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer  # noqa: E402

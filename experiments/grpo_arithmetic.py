@@ -28,7 +28,7 @@ import time
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.lm_study import (
     EvalConfig,
     LMStudy,

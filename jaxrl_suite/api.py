@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.lm_study import (
     EvalConfig,
     LMSections,

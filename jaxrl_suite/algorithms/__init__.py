@@ -33,9 +33,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "StrategiesConfig", "StrategyConfig", "StrategyTask", "bag_of_words",
         "classification_view", "evaluate_strategy", "label_texts", "needed_lengths", "ppl_scores"
     ),
-    "grpo": (
-        "GRPOBatch", "GRPOConfig", "GRPOTrainState", "GRPOTrainer", "UNSET_ANCHOR",
-        "objective_hparams", "rollout_config"
+    "grpo": ("GRPOBatch", "GRPOTrainState", "GRPOTrainer", "UNSET_ANCHOR"),
+    "grpo_config": (
+        "LR_SCHEDULES", "GRPOConfig", "check_scorer_config", "objective_hparams", "rollout_config"
     ),
     "iql": (
         "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"

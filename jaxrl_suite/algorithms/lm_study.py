@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.agent import EpisodeSFT
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer, rollout_config
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
 from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.algorithms.sft import VALIDATION_START, LMTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError

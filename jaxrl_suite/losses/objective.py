@@ -101,8 +101,8 @@ class ObjectiveBatch(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class ObjectiveHParams:
     """The hyperparameters of `grpo_objective` (static), the `GRPOConfig` fields of the same
-    names (`algorithms.grpo.objective_hparams` builds them) plus `micro_batches`, the number k
-    of gradient micro-batches the batch is split into (1: none)."""
+    names (`algorithms.grpo_config.objective_hparams` builds them) plus `micro_batches`, the
+    number k of gradient micro-batches the batch is split into (1: none)."""
 
     policy_loss: str = "grpo"
     clip_eps: float = 0.2

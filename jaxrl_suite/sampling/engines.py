@@ -17,7 +17,7 @@ A GRPO rollout is drawn by a `Sampler` (`sampling.base`); which one is a config 
 All take the same per-sequence keys, so a rollout's completions do not depend on the engine's
 batching. `ENGINES` maps each name to its builder `(model, config, tokenizer, **options) ->
 Sampler`; a new engine is one function and a registry line (its options in `ENGINE_FIELDS`).
-`algorithms.grpo.rollout_config` builds the `RolloutConfig` of a `GRPOConfig`.
+`algorithms.grpo_config.rollout_config` builds the `RolloutConfig` of a `GRPOConfig`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ ENGINE_FIELDS = {
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
     """A rollout engine and its options; the names are the `grpo.` config keys that set them
-    (`algorithms.grpo.rollout_config`), and the one-line errors name those keys."""
+    (`algorithms.grpo_config.rollout_config`), and the one-line errors name those keys."""
 
     max_new_tokens: int = 24
     temperature: float = 1.0

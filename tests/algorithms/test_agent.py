@@ -25,7 +25,8 @@ from jaxrl_suite.algorithms.agent import (
 )
 from jaxrl_suite.algorithms.dispatch import Latency, async_batch, async_pipeline, lm_rows
 from jaxrl_suite.algorithms.executors import LocalToolExecutor
-from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import host_local, make_mesh, shard_batch
 from jaxrl_suite.envs.text.base import Example

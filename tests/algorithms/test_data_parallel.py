@@ -20,7 +20,8 @@ SCRIPT = textwrap.dedent(
     import tempfile
     import jax, numpy as np
     assert jax.device_count() == 8, jax.devices()
-    from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from jaxrl_suite.algorithms.grpo import GRPOTrainer
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
     from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
     from jaxrl_suite.core.checkpoint import Checkpointer
     from jaxrl_suite.core.parallel import make_mesh
@@ -109,7 +110,8 @@ HF_SCRIPT = textwrap.dedent(
     assert jax.device_count() == 8, jax.devices()
     sys.path.insert(0, BENCH)
     import hf_parity as hp
-    from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from jaxrl_suite.algorithms.grpo import GRPOTrainer
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
     from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
     from jaxrl_suite.core.parallel import make_mesh
     from jaxrl_suite.envs.text import make_task
@@ -180,7 +182,8 @@ MEMORY_SCRIPT = textwrap.dedent(
     """
     import jax, numpy as np
     assert jax.device_count() == 8, jax.devices()
-    from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from jaxrl_suite.algorithms.grpo import GRPOTrainer
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
     from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
     from jaxrl_suite.core.parallel import make_mesh
     from jaxrl_suite.envs.text import make_task

@@ -21,7 +21,8 @@ from jaxrl_suite.algorithms.diffusion import (
     masked_diffusion_objective,
     sequence_estimates,
 )
-from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task

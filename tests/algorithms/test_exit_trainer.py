@@ -11,7 +11,8 @@ from jaxrl_suite.algorithms.exit import (
     MultiTurnTrainer,
     evaluate_iterations,
 )
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.iteration import previous_answer

@@ -25,7 +25,8 @@ from jaxrl_suite.algorithms.gencls import (
     needed_lengths,
     ppl_scores,
 )
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text.base import Example, Task
 from jaxrl_suite.envs.text.sort import SortTask

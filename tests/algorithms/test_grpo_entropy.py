@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask

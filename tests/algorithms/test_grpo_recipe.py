@@ -9,7 +9,8 @@ import optax
 import pytest
 
 from jaxrl_suite.algorithms.dynamic_sampling import informative_groups
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.metrics import MetricsLogger, read_metrics

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.config import ConfigError, from_dict
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask

@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.algorithms.loop import fit
 from jaxrl_suite.core.checkpoint import Checkpointer
 from jaxrl_suite.core.metrics import MetricsLogger, read_metrics

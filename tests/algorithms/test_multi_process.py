@@ -24,7 +24,8 @@ import pytest
 STEPS = textwrap.dedent(
     """
     import jax, numpy as np
-    from jaxrl_suite.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from jaxrl_suite.algorithms.grpo import GRPOTrainer
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
     from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
     from jaxrl_suite.core.parallel import make_mesh
     from jaxrl_suite.envs.text import make_task

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
 from jaxrl_suite.core.metrics import read_metrics

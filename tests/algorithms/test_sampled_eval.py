@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_suite.algorithms import grpo, sft
+from jaxrl_suite.algorithms import grpo, grpo_config, sft
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
@@ -76,8 +76,8 @@ def test_evaluate_sampled_runs_the_real_sampler_one_compile_per_shape():
 def test_grpo_trainer_samples_with_the_given_sampler():
     tok, task = load_tokenizer(), ArithmeticTask(digits=1)
     model = CausalLM(LMConfig(d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32))
-    cfg = grpo.GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=6, temperature=0.8,
-                          top_k=5, top_p=0.9)
+    cfg = grpo_config.GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=6,
+                                 temperature=0.8, top_k=5, top_p=0.9)
     default = grpo.GRPOTrainer(model, tok, task, cfg, mesh=make_mesh(1), prompt_len=8)
     s = default.sampler
     assert (s.temperature, s.top_k, s.top_p, s.max_new_tokens) == (0.8, 5, 0.9, 6)

@@ -85,7 +85,7 @@ def test_the_shipped_configs_lie_in_their_ranges():
 
 
 def test_a_config_built_in_python_is_checked_too():
-    from jaxrl_suite.algorithms.grpo import GRPOConfig
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 
     with pytest.raises(ConfigError, match="'grpo.top_p' must be in \\(0, 1\\], got 5"):
         GRPOConfig(top_p=5.0)

@@ -4,7 +4,7 @@ Nothing here compiles (the engines trace on their first call)."""
 
 import pytest
 
-from jaxrl_suite.algorithms.grpo import GRPOConfig, rollout_config
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler, SpeculativeSampler
