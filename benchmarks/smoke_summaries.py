@@ -29,7 +29,7 @@ TREE = Path(__file__).resolve().parent.parent  # the source tree this script bel
 # Leaves that differ between two runs of the same code: wall times, rates, paths, host facts.
 VOLATILE = re.compile(
     r"((^|_)(time|seconds|wall|elapsed|duration|date|host|hostname|path|dir|cpu|devices?|version"
-    r"|started|finished|throughput|speed)(_|$)|(_s|_ms|per_s)$)", re.I)
+    r"|started|finished|throughput|speed|per_s|us_per_step)(_|$)|(_s|_ms)$)", re.I)
 
 
 def experiment_names() -> list[str]:

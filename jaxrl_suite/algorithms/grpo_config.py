@@ -26,11 +26,15 @@ from jaxrl_suite.core.train import micro_batch_count
 from jaxrl_suite.losses import ADVANTAGES, POLICY_LOSSES, REGULARIZERS
 from jaxrl_suite.losses.objective import ObjectiveHParams
 from jaxrl_suite.losses.siren import as_regularizer, per_token_regularizers
-from jaxrl_suite.sampling.engines import RolloutConfig
+from jaxrl_suite.sampling.engines import EngineOptions, RolloutConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class GRPOConfig:
+class GRPOConfig(EngineOptions):
+    """Every GRPO knob (the `grpo` section). The rollout engine's fields (`grpo.sampler`,
+    `grpo.slots`, `grpo.draft_k`, ...; issue 18) are `sampling.engines.EngineOptions`'s,
+    inherited; an option of one engine set on another is a config error."""
+
     steps: Count = 100  # GRPO iterations (one batch of prompts each)
     prompts_per_step: Count = 16  # B: distinct prompts per iteration
     group_size: Annotated[int, Range(ge=2)] = 8  # G: completions per prompt
@@ -112,20 +116,6 @@ class GRPOConfig:
     # predicted class), a step whose label entropy over the batch (bits) falls below this is
     # logged as collapse=1 with a warning (0 = off; rewards.composite.collapse_report sums them).
     collapse_entropy: NonNegative = 0.0
-    # Rollout engine (issue 18), a name in `sampling.engines.ENGINES` (which describes each):
-    # "static" (KVCacheSampler), "continuous" (ContinuousSampler: slots, refill, schedule) or
-    # "speculative" (SpeculativeSampler: draft_k, drafter_*), drop-in `Sampler`s with the same
-    # per-sequence keys; an option of one engine set on another is a config error.
-    sampler: str = "static"
-    slots: NonNegativeInt = 0
-    refill: str = "continuous"
-    schedule: str = "sjf"
-    draft_k: Count | None = None
-    drafter_layers: Count = 1
-    drafter_d_model: Count = 64
-    drafter_lr: NonNegative = 1e-3
-    drafter_steps: NonNegativeInt = 1
-    drafter_reward_tau: Positive | None = None
 
     def __post_init__(self):
         check_fields(self, "grpo.")  # the Ranges declared above

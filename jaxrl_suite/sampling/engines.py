@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive
 from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.models.lm import CausalLM, LMConfig
@@ -49,25 +50,34 @@ ENGINE_FIELDS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """A rollout engine and its options; the names are the `grpo.` config keys that set them
-    (`algorithms.grpo_config.rollout_config`), and the one-line errors name those keys."""
+class EngineOptions:
+    """The rollout engine and the options only one engine takes: a config section of its own
+    that `GRPOConfig` inherits, so its keys stay `grpo.sampler`, `grpo.slots`, ... (the
+    engines in the module docstring)."""
+
+    sampler: str = "static"  # the engine, a name in ENGINES
+    slots: NonNegativeInt = 0  # continuous: KV-cache rows
+    refill: str = "continuous"  # continuous: "continuous" | "rounds"
+    schedule: str = "sjf"  # continuous: queue order on predicted lengths
+    draft_k: Count | None = None  # speculative: draft length (None: tuned online)
+    drafter_layers: Count = 1  # speculative: the drafter's blocks
+    drafter_d_model: Count = 64  # speculative: the drafter's width
+    drafter_lr: NonNegative = 1e-3  # speculative: the drafter's distillation lr
+    drafter_steps: NonNegativeInt = 1  # speculative: KD steps per rollout (0: frozen)
+    drafter_reward_tau: Positive | None = None  # speculative: reward-weighted KD temperature
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig(EngineOptions):
+    """A rollout engine, its options and the sampling settings; the names are the `grpo.`
+    config keys that set them (`algorithms.grpo_config.rollout_config`), and the one-line
+    errors name those keys."""
 
     max_new_tokens: int = 24
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    sampler: str = "static"  # the engine, a name in ENGINES
     rollout_micro_batch: int = 0  # rows per call of a batch engine (the trainer chunks)
-    slots: int = 0
-    refill: str = "continuous"
-    schedule: str = "sjf"
-    draft_k: int | None = None
-    drafter_layers: int = 1
-    drafter_d_model: int = 64
-    drafter_lr: float = 1e-3
-    drafter_steps: int = 1
-    drafter_reward_tau: float | None = None
 
     def __post_init__(self):
         if self.sampler not in ENGINES:
@@ -176,6 +186,6 @@ def make_engine(model: CausalLM, c: RolloutConfig, tokenizer, **options) -> Samp
     return ENGINES.get(c.sampler)(model, c, tokenizer, **options)
 
 
-__all__ = ["DRAFT_KS", "ENGINES", "ENGINE_FIELDS", "RolloutConfig", "continuous_engine",
-           "drafter_config", "make_engine", "sample_rollout", "speculative_engine",
-           "static_engine"]
+__all__ = ["DRAFT_KS", "ENGINES", "ENGINE_FIELDS", "EngineOptions", "RolloutConfig",
+           "continuous_engine", "drafter_config", "make_engine", "sample_rollout",
+           "speculative_engine", "static_engine"]
