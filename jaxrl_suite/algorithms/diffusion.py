@@ -45,6 +45,7 @@ from jaxrl_suite.sampling.diffusion import (
     local_arness,
     transfer_schedule,
 )
+from jaxrl_suite.sampling.engines import RolloutConfig, make_engine
 from jaxrl_suite.sampling.runner import map_batches
 
 
@@ -188,11 +189,11 @@ class DiffusionStudy(LMStudy):
         order = order or d.order
         key = ("diffusion", greedy, temperature, top_p, order)
         if key not in self._samplers:
-            tok = self.lm.tokenizer
-            self._samplers[key] = DiffusionSampler(
-                self.lm.model, max_new_tokens=self.cfg.grpo.max_new_tokens, steps=d.steps,
-                eos_id=tok.eos_id, pad_id=tok.pad_id, order=order, block_size=d.block_size,
-                temperature=temperature, top_p=top_p, greedy=greedy)
+            rc = RolloutConfig(sampler="diffusion", max_new_tokens=self.cfg.grpo.max_new_tokens,
+                               temperature=temperature, top_p=top_p)
+            self._samplers[key] = make_engine(self.lm.model, rc, self.lm.tokenizer,
+                                              steps=d.steps, order=order,
+                                              block_size=d.block_size, greedy=greedy)
         return self._samplers[key]
 
     def decode_orders(self, params, examples, *, temperature: float = 1.0, greedy: bool = False,

@@ -12,7 +12,9 @@ A GRPO rollout is drawn by a `Sampler` (`sampling.base`); which one is a config 
                    draft_k tokens (None: tuned online), the policy verifies them; the drafter is
                    distilled from the policy on each rollout (drafter_steps KD steps at
                    drafter_lr, 0 = frozen; reward-weighted with drafter_reward_tau)
-                   (speculative.py).
+                   (speculative.py);
+    "diffusion"    DiffusionSampler: a masked-diffusion LM unmasks the completion in `steps`
+                   steps (diffusion.py; options from a DiffusionStudy's `diffusion` section).
 
 All take the same per-sequence keys, so a rollout's completions do not depend on the engine's
 batching. `ENGINES` maps each name to its builder `(model, config, tokenizer, **options) ->
@@ -32,9 +34,11 @@ import numpy as np
 from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive
 from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
+from jaxrl_suite.models.diffusion_lm import DiffusionLM
 from jaxrl_suite.models.lm import CausalLM, LMConfig
 from jaxrl_suite.sampling.base import GenerateOutput, Sampler
 from jaxrl_suite.sampling.continuous import ContinuousSampler
+from jaxrl_suite.sampling.diffusion import DiffusionSampler
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 
@@ -179,13 +183,32 @@ def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *,
         tuple(np.concatenate(x) for x in zip(*outs, strict=True)), mesh))
 
 
+@ENGINES.register("diffusion")
+def diffusion_engine(model, c: RolloutConfig, tokenizer, *, steps: int = 40,
+                     order: str = "entropy", block_size: int = 0, greedy: bool = False,
+                     **_) -> Sampler:
+    """A `DiffusionSampler` of a masked-diffusion LM (`models.diffusion_lm.DiffusionLM`):
+    `steps` unmasking steps in `order`, semi-autoregressive blocks of `block_size` (0: one), at
+    the config's temperature and top_p (a DiffusionStudy passes its `diffusion` section)."""
+    if not isinstance(model, DiffusionLM):
+        raise ValueError(f"grpo.sampler='diffusion' needs a masked-diffusion LM, got "
+                         f"{type(model).__name__}")
+    if c.top_k:
+        raise ValueError("grpo.top_k does not apply to a diffusion LM's sampler: set 0")
+    return DiffusionSampler(model, max_new_tokens=c.max_new_tokens, steps=steps,
+                            eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, order=order,
+                            block_size=block_size, temperature=c.temperature, top_p=c.top_p,
+                            greedy=greedy)
+
+
 def make_engine(model: CausalLM, c: RolloutConfig, tokenizer, **options) -> Sampler:
     """The rollout `Sampler` that `c.sampler` names (`ENGINES`), with the config's options.
     `options` go to its builder where it takes them: `shared` (static), `drafter_params` and
-    `rng` (speculative)."""
+    `rng` (speculative), `steps`, `order`, `block_size`, `greedy` (diffusion)."""
     return ENGINES.get(c.sampler)(model, c, tokenizer, **options)
 
 
 __all__ = ["DRAFT_KS", "ENGINES", "ENGINE_FIELDS", "EngineOptions", "RolloutConfig",
-           "continuous_engine", "drafter_config", "make_engine", "sample_rollout",
+           "continuous_engine", "diffusion_engine", "drafter_config", "make_engine",
+           "sample_rollout",
            "speculative_engine", "static_engine"]

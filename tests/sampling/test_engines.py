@@ -7,7 +7,13 @@ import pytest
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
-from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler, SpeculativeSampler
+from jaxrl_suite.models.diffusion_lm import DiffusionLM
+from jaxrl_suite.sampling import (
+    ContinuousSampler,
+    DiffusionSampler,
+    KVCacheSampler,
+    SpeculativeSampler,
+)
 from jaxrl_suite.sampling.engines import ENGINES, RolloutConfig, make_engine
 
 TOK = load_tokenizer()
@@ -45,6 +51,19 @@ def test_one_line_errors_name_the_grpo_key(fields, match):
         RolloutConfig(**fields)
     with pytest.raises(ValueError, match=match):  # GRPOConfig checks through rollout_config
         GRPOConfig(**fields)
+
+
+def test_the_diffusion_engine_takes_a_diffusion_lm_and_its_decoding_options():
+    diffusion = DiffusionLM(MODEL.config)
+    sampler = make_engine(diffusion, RolloutConfig(sampler="diffusion", max_new_tokens=8,
+                                                   temperature=0.5), TOK,
+                          steps=4, order="random", block_size=4, greedy=True)
+    assert isinstance(sampler, DiffusionSampler)
+    assert (sampler.steps, sampler.block_size, sampler.greedy) == (4, 4, True)
+    with pytest.raises(ValueError, match="grpo.sampler='diffusion' needs a masked-diffusion"):
+        make_engine(MODEL, RolloutConfig(sampler="diffusion"), TOK)  # a causal LM
+    with pytest.raises(ValueError, match="grpo.top_k does not apply"):
+        make_engine(diffusion, RolloutConfig(sampler="diffusion", top_k=5), TOK)
 
 
 def test_a_new_engine_is_one_function_and_a_registry_line():
