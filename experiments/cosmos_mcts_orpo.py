@@ -44,7 +44,7 @@ from jaxrl_suite.envs.text import Example
 from jaxrl_suite.envs.text.story import StoryTask
 from jaxrl_suite.models.value import ValueLM
 from jaxrl_suite.rewards.curiosity import CuriosityConfig, mixed_target
-from jaxrl_suite.sampling import mcts
+from jaxrl_suite.sampling import mcts, repeat_each
 from jaxrl_suite_experiments import CONFIGS
 
 NAME = "cosmos_mcts_orpo"
@@ -156,7 +156,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                            "tokens": float(np.mean([f.tokens for f in found]))}
                     if r == 0:  # held-out: the small policy with MCTS, and V_0 against Q
                         res["mcts"] = searched(search(p, seed, 300, held, value_fn=value_fn), held)
-                        flat = [e for e in held for _ in range(cfg.agree_samples)]
+                        flat = repeat_each(held, cfg.agree_samples)
                         res["agreement"] = scorer.agreement(p, value_fn, flat, sampled(
                             p, flat, seed + 41), cfg.agree_samples)
                     return res

@@ -28,3 +28,28 @@ def peaked_params(model, rng):
     params = unravel(flat + 0.1 * jax.random.normal(jax.random.fold_in(rng, 1), flat.shape))
     params["params"]["embed"]["embedding"] *= 5.0
     return params
+
+
+def killed_and_resumed(experiment: str, sets: list, tmp_path, runs, *, killed_at: int):
+    """An experiment's smoke run twice: `straight` runs through; `killed` is its copy with each
+    of `runs`' checkpoints of steps after `killed_at`, its result.json and the summary removed,
+    as a kill after step `killed_at` leaves it, then resumed with --resume. Returns (straight,
+    killed) output dirs."""
+    import shutil
+
+    from jaxrl_suite.cli import main
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    cmd = ["run", experiment, "--smoke", "--no-progress", *sets]
+    assert main([*cmd, "--out", str(straight)]) == 0
+    shutil.copytree(straight, killed)
+    for run in runs:
+        later = [d for d in (killed / "checkpoints" / run).iterdir()
+                 if d.name.isdigit() and int(d.name) > killed_at]
+        assert later, f"{run} saved no checkpoint after step {killed_at}"
+        for d in later:
+            shutil.rmtree(d)
+        (killed / "runs" / run / "result.json").unlink()
+    (killed / "summary.json").unlink()
+    assert main([*cmd, "--resume", "--out", str(killed)]) == 0
+    return straight, killed

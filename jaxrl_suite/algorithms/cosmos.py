@@ -19,11 +19,8 @@ import numpy as np
 
 from jaxrl_suite.algorithms.value import ValueConfig
 from jaxrl_suite.core.config import Count, NonNegative, Probability, check_fields
-from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.envs.text import Example
 from jaxrl_suite.envs.text.story import StoryTask, plot_stats, split_steps
-from jaxrl_suite.losses import token_logprobs
-from jaxrl_suite.models.sequence import completion_logits
 from jaxrl_suite.rewards.curiosity import CuriosityConfig, plot_score, step_spans, unit
 from jaxrl_suite.sampling import mcts
 from jaxrl_suite.sampling.evaluate import ranking_agreement
@@ -71,16 +68,13 @@ class PlotScorer:
     def __init__(self, runner: LMRunner, curiosity: CuriosityConfig, *, batch_size: int):
         self.runner, self.curiosity, self.batch_size = runner, curiosity, batch_size
         self.task: StoryTask = runner.task
-        model = runner.model
-        self._logp = jit_on_mesh(lambda p, seq: token_logprobs(completion_logits(model, p, seq),
-                                                               seq.completion))
 
     def token_logp(self, params, examples: Sequence[Example],
                    texts: Sequence[str]) -> list[np.ndarray]:
         """log pi(t | prompt, earlier tokens) of each text's tokens (no EOS; at most
         max_new_tokens of them)."""
-        logp, mask = self.runner.score(params, examples, texts, logprob_fn=self._logp,
-                                       batch_size=self.batch_size, eos=False)
+        logp, mask = self.runner.score(params, examples, texts, batch_size=self.batch_size,
+                                       eos=False)
         return [lp[: int(m.sum())] for lp, m in zip(logp, mask, strict=True)]
 
     def plot_values(self, params, examples: Sequence[Example],

@@ -34,6 +34,7 @@ from jaxrl_suite.core.parallel import gather_rows, host_local
 from jaxrl_suite.curricula.exit import ExItBuffer, ExItState, diversity_bonus, learnability
 from jaxrl_suite.envs.text import Example, iteration_prompt
 from jaxrl_suite.models.sequence import SeqBatch
+from jaxrl_suite.sampling import repeat_each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +186,7 @@ class MultiTurnTrainer:
         seq, old_logp, rewards, info = grpo.rollout(state, examples, key=jax.random.fold_in(
             key, 0))
         seqs, logps, tokens = [seq], [old_logp], info["tokens"]
-        rows = [e for e in examples for _ in range(g)]  # episode i of task j: row j * G + i
+        rows = repeat_each(examples, g)  # episode i of task j: row j * G + i
         for t in range(1, self.turns):
             previous = _decode_rows(grpo.tokenizer, seq)
             prompts = [dataclasses.replace(e, prompt=iteration_prompt(

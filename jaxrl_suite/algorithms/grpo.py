@@ -100,7 +100,7 @@ from jaxrl_suite.models.sequence import (
     completion_token_map,
 )
 from jaxrl_suite.models.sharding import shard_tree
-from jaxrl_suite.sampling import LearningSampler, Sampler
+from jaxrl_suite.sampling import LearningSampler, Sampler, repeat_each
 from jaxrl_suite.sampling.engines import make_engine, sample_rollout
 
 
@@ -370,7 +370,7 @@ class GRPOTrainer(LMTrainer):
         g = c.group_size if group_size is None else group_size
         rows = process_rows(len(examples))
         local = examples[rows]
-        group = [e for e in local for _ in range(g)]  # prompt i -> rows [iG, (i+1)G)
+        group = repeat_each(local, g)  # prompt i -> rows [iG, (i+1)G)
         encoded = self.encode_prompts(group)  # host arrays [rows, P]: this process's rows
         prompt, prompt_mask = shard_batch(encoded, self.mesh)
         if key is None:

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.core.config import Count, NonNegative, NonNegativeInt, Positive
+from jaxrl_suite.core.config import ConfigError, Count, NonNegative, NonNegativeInt, Positive
 from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.models.diffusion_lm import DiffusionLM
@@ -190,11 +190,13 @@ def diffusion_engine(model, c: RolloutConfig, tokenizer, *, steps: int = 40,
     """A `DiffusionSampler` of a masked-diffusion LM (`models.diffusion_lm.DiffusionLM`):
     `steps` unmasking steps in `order`, semi-autoregressive blocks of `block_size` (0: one), at
     the config's temperature and top_p (a DiffusionStudy passes its `diffusion` section)."""
-    if not isinstance(model, DiffusionLM):
-        raise ValueError(f"grpo.sampler='diffusion' needs a masked-diffusion LM, got "
-                         f"{type(model).__name__}")
+    if not isinstance(model, DiffusionLM):  # a config the user wrote: one line, no traceback
+        raise ConfigError(f"config field 'grpo.sampler': 'diffusion' needs a masked-diffusion "
+                          f"LM (diffucoder_coupled_grpo's), this model is a "
+                          f"{type(model).__name__}")
     if c.top_k:
-        raise ValueError("grpo.top_k does not apply to a diffusion LM's sampler: set 0")
+        raise ConfigError("config field 'grpo.top_k' does not apply to a diffusion LM's "
+                          "sampler: set 0")
     return DiffusionSampler(model, max_new_tokens=c.max_new_tokens, steps=steps,
                             eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, order=order,
                             block_size=block_size, temperature=c.temperature, top_p=c.top_p,

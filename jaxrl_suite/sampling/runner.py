@@ -29,10 +29,12 @@ from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
     host_local,
+    jit_on_mesh,
     process_rows,
     shard_batch,
 )
-from jaxrl_suite.models.sequence import SeqBatch
+from jaxrl_suite.losses import token_logprobs
+from jaxrl_suite.models.sequence import SeqBatch, completion_logits
 from jaxrl_suite.models.sharding import check_model_mesh
 from jaxrl_suite.rewards import extract_answer
 from jaxrl_suite.sampling.base import Sampler
@@ -76,6 +78,12 @@ def map_batches(fn: Callable[[list, int], Any], items: Sequence, *, batch_size: 
         out = fn(padded[rows], b)
         outs.append(jax.tree.map(functools.partial(global_rows, n=len(chunk)), out))
     return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+
+
+def repeat_each(items: Sequence, n: int) -> list:
+    """Each item `n` times in a row, item-major ([a, a, b, b] for n = 2): the rows of n samples
+    per prompt (a GRPO group, pass@k's samples), so sample j of item i is row i * n + j."""
+    return [x for x in items for _ in range(n)]
 
 
 def answer_id(text: str) -> int:
@@ -179,12 +187,14 @@ class LMRunner:
         return self.tokenizer.decode_batch(tokens, mask), mask.sum(axis=1)
 
     def score(self, params, examples: Sequence[Example], completions: Sequence[str] | None = None,
-              *, logprob_fn: Callable, batch_size: int | None = None, eos: bool = True
-              ) -> tuple[np.ndarray, np.ndarray]:
+              *, logprob_fn: Callable | None = None, batch_size: int | None = None,
+              eos: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced log-probs of `completions` (default: each example's task solution)
         + EOS after the examples' prompts under `params`: host (logp [n, N], mask [n, N]; logp
         means nothing where mask is 0). `logprob_fn(params, seq)` gives a placed `SeqBatch`'s
-        completion log-probs [rows, N] (e.g. a GRPO trainer's `completion_logprobs`). Rows run
+        completion log-probs [rows, N] (default: the causal model's exact ones at temperature 1,
+        one jitted program per runner; a GRPO trainer's `completion_logprobs` takes its sampling
+        temperature and micro-batches). Rows run
         `batch_size` at a time (`map_batches`; default: all in one batch, padded to a multiple
         of the batch shards). With the default completions, -logp * mask is the solutions'
         per-token NLL (the SFT loss's terms). `eos=False` scores the completions without an EOS,
@@ -195,6 +205,7 @@ class LMRunner:
             raise ValueError(f"{len(texts)} completions for {len(examples)} examples")
         if batch_size is None:
             batch_size = len(examples) + (-len(examples) % batch_shards(self.mesh))
+        logprob_fn = logprob_fn or self._causal_logprobs
 
         def run(local, b):
             ex, tx = zip(*local, strict=True)
@@ -204,6 +215,12 @@ class LMRunner:
 
         return map_batches(run, list(zip(examples, texts, strict=True)), batch_size=batch_size,
                            mesh=self.mesh)
+
+    @functools.cached_property
+    def _causal_logprobs(self) -> Callable:
+        model = self.model
+        return jit_on_mesh(lambda p, seq: token_logprobs(completion_logits(model, p, seq),
+                                                         seq.completion))
 
     # ---- evaluation ----
     def evaluate(self, params, examples: Sequence[Example], *, batch_size: int) -> dict:
@@ -230,7 +247,7 @@ class LMRunner:
         bad = [k for k in ks if not 1 <= k <= n]
         if bad:
             raise ValueError(f"eval ks={list(ks)} must lie in 1..n={n} (samples per prompt)")
-        flat = [e for e in examples for _ in range(n)]
+        flat = repeat_each(examples, n)
         texts, lengths = self.complete(params, flat, batch_size=batch_size, rng=rng,
                                        temperature=temperature, top_p=top_p)
         scores = self.task.verify_batch(texts, flat).scores
@@ -249,4 +266,4 @@ class LMRunner:
         return result
 
 
-__all__ = ["LMRunner", "answer_id", "map_batches"]
+__all__ = ["LMRunner", "answer_id", "map_batches", "repeat_each"]

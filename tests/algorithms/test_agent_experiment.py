@@ -2,9 +2,9 @@
 
 import json
 import re
-import shutil
 
 import pytest
+from lm_helpers import killed_and_resumed
 
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.config import load_config
@@ -87,15 +87,8 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     the episodes' sampling key is the train state's, the data cursor the checkpoint's."""
     sets = ["--set", "variants.names=[tools]", "--set", "grpo.steps=4",
             "--set", "run.checkpoint_every=2"]
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert main(["run", "agent_tools", "--smoke", "--no-progress", *sets,
-                 "--out", str(straight)]) == 0
-    shutil.copytree(straight, killed)
-    shutil.rmtree(killed / "checkpoints" / "tools_s0" / "4")  # killed after step 2
-    (killed / "runs" / "tools_s0" / "result.json").unlink()
-    (killed / "summary.json").unlink()
-    assert main(["run", "agent_tools", "--smoke", "--no-progress", *sets, "--resume",
-                 "--out", str(killed)]) == 0
+    straight, killed = killed_and_resumed("agent_tools", sets, tmp_path, ["tools_s0"],
+                                          killed_at=2)
 
     def grpo_records(out):
         # every logged number but the timings and lm_fill (the runner's padding ratio, counted

@@ -3,11 +3,11 @@ grpo.sampler options."""
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from lm_helpers import killed_and_resumed
 
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.cli import main
@@ -107,16 +107,8 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     killed after step 2 of 4 and resumed logs the uninterrupted run's steps 3 and 4 exactly."""
     sets = ["--set", "engines.names=[continuous,speculative]", "--set", "grpo.steps=4",
             "--set", "run.checkpoint_every=2"]
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert main(["run", "rollout_efficiency", "--smoke", "--no-progress", *sets,
-                 "--out", str(straight)]) == 0
-    shutil.copytree(straight, killed)
-    for run in ("continuous_s0", "speculative_s0"):  # killed after step 2 (checkpointed)
-        shutil.rmtree(killed / "checkpoints" / run / "4")
-        (killed / "runs" / run / "result.json").unlink()
-    (killed / "summary.json").unlink()
-    assert main(["run", "rollout_efficiency", "--smoke", "--no-progress", *sets, "--resume",
-                 "--out", str(killed)]) == 0
+    straight, killed = killed_and_resumed("rollout_efficiency", sets, tmp_path,
+                                          ["continuous_s0", "speculative_s0"], killed_at=2)
     for run in ("continuous_s0", "speculative_s0"):
         a, b = _records(straight, run), _records(killed, run)
         assert [r["step"] for r in b] == [1, 2, 3, 4]  # each step once

@@ -5,6 +5,7 @@ Nothing here compiles (the engines trace on their first call)."""
 import pytest
 
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
+from jaxrl_suite.core.config import ConfigError
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.models.diffusion_lm import DiffusionLM
@@ -60,9 +61,9 @@ def test_the_diffusion_engine_takes_a_diffusion_lm_and_its_decoding_options():
                           steps=4, order="random", block_size=4, greedy=True)
     assert isinstance(sampler, DiffusionSampler)
     assert (sampler.steps, sampler.block_size, sampler.greedy) == (4, 4, True)
-    with pytest.raises(ValueError, match="grpo.sampler='diffusion' needs a masked-diffusion"):
+    with pytest.raises(ConfigError, match="'grpo.sampler': 'diffusion' needs a masked-diffusion"):
         make_engine(MODEL, RolloutConfig(sampler="diffusion"), TOK)  # a causal LM
-    with pytest.raises(ValueError, match="grpo.top_k does not apply"):
+    with pytest.raises(ConfigError, match="'grpo.top_k' does not apply"):
         make_engine(diffusion, RolloutConfig(sampler="diffusion", top_k=5), TOK)
 
 

@@ -16,7 +16,7 @@ from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.base import Verdicts
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
-from jaxrl_suite.sampling import KVCacheSampler, LMRunner, map_batches
+from jaxrl_suite.sampling import KVCacheSampler, LMRunner, map_batches, repeat_each
 
 TOK, TASK = load_tokenizer(), ArithmeticTask(digits=1)
 P, N = 8, 6
@@ -175,6 +175,29 @@ def test_score_without_eos_cuts_each_text_to_max_new_tokens(tiny):
         assert logp[row, : len(ids)].tolist() == ids
         assert TOK.eos_id not in logp[row, : len(ids)]
     assert mask.sum(axis=1).tolist() == [2, 0, N]
+
+
+def test_score_defaults_to_the_causal_models_exact_log_probs(tiny):
+    """Without logprob_fn: log softmax of one full forward over [prompt | completion], read at
+    the positions that predict each completion token (no EOS here), as a direct reference."""
+    model, params, _ = tiny
+    runner = LMRunner(model, TOK, TASK, mesh=make_mesh(1), prompt_len=P, max_new_tokens=N)
+    examples = TASK.examples("test", 0, 3)
+    texts = ["<an", "12", "a"]
+    logp, mask = runner.score(params, examples, texts, eos=False)
+    for row, (ex, text) in enumerate(zip(examples, texts, strict=True)):
+        prompt = TOK.encode(ex.prompt)
+        ids = TOK.encode(text)
+        tokens = jnp.asarray([prompt + ids])
+        logits = model.apply(params, tokens)[0][0]  # [T, V], no padding: positions 0..T-1
+        ref = jax.nn.log_softmax(logits, -1)[len(prompt) - 1 + np.arange(len(ids)), ids]
+        np.testing.assert_allclose(logp[row, : len(ids)], ref, atol=1e-5)
+        assert mask[row].sum() == len(ids)
+
+
+def test_repeat_each_is_item_major():
+    assert repeat_each(["a", "b"], 3) == ["a", "a", "a", "b", "b", "b"]
+    assert repeat_each([], 2) == [] and repeat_each(["a"], 1) == ["a"]
 
 
 def test_evaluate_scores_the_greedy_completions_through_verify_batch(tiny):
