@@ -50,8 +50,9 @@ def think_span(completion: str, *, prompt_opens: bool = True) -> str | None:
 
 
 def think_answer_format(completion: str, *, prompt_opens: bool = True) -> float:
-    """The anchor's format reward: 1.0 iff t fully matches `<think>.*?</think>\\s*<answer>.*?</answer>`
-    (re.DOTALL), t = "<think>" + completion if prompt_opens else completion; else 0.0.
+    """The anchor's format reward: 1.0 iff t fully matches
+    `<think>.*?</think>\\s*<answer>.*?</answer>` (re.DOTALL), t = "<think>" + completion if
+    prompt_opens else completion; else 0.0.
 
     r_format(y) = 1[t = "<think>" a "</think>" w "<answer>" b "</answer>"], a and b any text (tags
     included), w whitespace. So an empty think counts, text after the closing answer tag or

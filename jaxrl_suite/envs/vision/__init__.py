@@ -1,0 +1,39 @@
+"""Vision-language tasks (issue 46): scenes rendered on demand (scene.py), the `VisionTask`
+base and IMAGE_MARKER (base.py), VisualThinker-R1-Zero's SAT-like spatial QA with its
+CVBench-like held-out set (spatial_qa.py), the "base" VLM's pretraining corpus (pretrain.py),
+the R1-Zero study's trace analysis (analysis.py), grid worlds solved by BFS and simulation
+(maze.py) and SpatialTree's eleven sub-abilities over four levels (spatial_tree.py).
+Importing this package registers its tasks in `envs.text.TASKS`. Numpy only."""
+
+from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, accuracy_by, batch_images
+from jaxrl_suite.envs.vision.scene import (
+    OBJECT_COLOURS,
+    PALETTE,
+    SHAPES,
+    Scene,
+    SceneObject,
+    draw_scene,
+    label_map,
+    render,
+    render_scenes,
+    scene_key,
+    scenes_key,
+)
+
+__all__ = [
+    "IMAGE_MARKER",
+    "OBJECT_COLOURS",
+    "PALETTE",
+    "SHAPES",
+    "Scene",
+    "SceneObject",
+    "VisionTask",
+    "accuracy_by",
+    "batch_images",
+    "draw_scene",
+    "label_map",
+    "render",
+    "render_scenes",
+    "scene_key",
+    "scenes_key",
+]
