@@ -5,6 +5,15 @@ the R1-Zero study's trace analysis (analysis.py), grid worlds solved by BFS and 
 (maze.py) and SpatialTree's eleven sub-abilities over four levels (spatial_tree.py).
 Importing this package registers its tasks in `envs.text.TASKS`. Numpy only."""
 
+from jaxrl_suite.envs.vision.analysis import (
+    FILLER_WORDS,
+    Correction,
+    Fact,
+    grounded_fact_rate,
+    grounded_facts,
+    is_trivial_trace,
+    self_corrections,
+)
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, accuracy_by, batch_images
 from jaxrl_suite.envs.vision.scene import (
     OBJECT_COLOURS,
@@ -19,21 +28,40 @@ from jaxrl_suite.envs.vision.scene import (
     scene_key,
     scenes_key,
 )
+from jaxrl_suite.envs.vision.spatial_qa import (
+    CATEGORIES,
+    PROMPT_STYLES,
+    TEMPLATES,
+    SpatialMeta,
+    SpatialQATask,
+)
 
 __all__ = [
+    "CATEGORIES",
+    "FILLER_WORDS",
     "IMAGE_MARKER",
     "OBJECT_COLOURS",
     "PALETTE",
+    "PROMPT_STYLES",
     "SHAPES",
+    "TEMPLATES",
+    "Correction",
+    "Fact",
     "Scene",
     "SceneObject",
+    "SpatialMeta",
+    "SpatialQATask",
     "VisionTask",
     "accuracy_by",
     "batch_images",
     "draw_scene",
+    "grounded_fact_rate",
+    "grounded_facts",
+    "is_trivial_trace",
     "label_map",
     "render",
     "render_scenes",
     "scene_key",
     "scenes_key",
+    "self_corrections",
 ]
