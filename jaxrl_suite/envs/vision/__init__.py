@@ -15,6 +15,12 @@ from jaxrl_suite.envs.vision.analysis import (
     self_corrections,
 )
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, accuracy_by, batch_images
+from jaxrl_suite.envs.vision.pretrain import (
+    DOC_KINDS,
+    TAGGED_DOMAINS,
+    PretrainCorpus,
+    PretrainDoc,
+)
 from jaxrl_suite.envs.vision.scene import (
     OBJECT_COLOURS,
     PALETTE,
@@ -38,15 +44,19 @@ from jaxrl_suite.envs.vision.spatial_qa import (
 
 __all__ = [
     "CATEGORIES",
+    "DOC_KINDS",
     "FILLER_WORDS",
     "IMAGE_MARKER",
     "OBJECT_COLOURS",
     "PALETTE",
     "PROMPT_STYLES",
     "SHAPES",
+    "TAGGED_DOMAINS",
     "TEMPLATES",
     "Correction",
     "Fact",
+    "PretrainCorpus",
+    "PretrainDoc",
     "Scene",
     "SceneObject",
     "SpatialMeta",
