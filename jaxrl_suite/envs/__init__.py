@@ -1,5 +1,5 @@
 """Environments: contextual gymnax wrappers, memory tasks (T-maze, POPGym), offline data; the
-verifiable text tasks are `envs.text`.
+verifiable text tasks are `envs.text`, the vision-language tasks `envs.vision`.
 
 The public names below load on first use (PEP 562): importing one submodule does not import the
 others.

@@ -1,8 +1,9 @@
 """Verifiable rewards on decoded text: answer format, exact / numeric / list matches, SQuAD EM
 and F1, safe arithmetic expressions, AEPO's adaptive exploration reward (aepo.py) and the
-composite screening reward with its collapse report (composite.py), and s3's searcher format,
-document selection and Gain-Beyond-RAG rewards (gbr.py). Plain Python on `str`, run
-between jitted calls.
+composite screening reward with its collapse report (composite.py), s3's searcher format,
+document selection and Gain-Beyond-RAG rewards (gbr.py), VisualThinker-R1-Zero's think/answer
+format, accuracy and length rewards (r1zero.py) and SpatialTree's auto-think rules
+(auto_think.py). Plain Python on `str`, run between jitted calls.
 
 A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
 refuse inputs over a length cap) and never raise on a `str`; a malformed answer scores 0.0. The
@@ -11,6 +12,12 @@ text tasks (`envs.text`) build their `score` from them. This package imports not
 """
 
 from jaxrl_suite.rewards.aepo import aepo_reward, aepo_text_reward, parse_points
+from jaxrl_suite.rewards.auto_think import (
+    auto_think_level_rewards,
+    auto_think_probe_rewards,
+    is_thinking,
+    level_mode_term,
+)
 from jaxrl_suite.rewards.composite import (
     CompositeConfig,
     collapse_report,
@@ -56,6 +63,16 @@ from jaxrl_suite.rewards.qa import (
     span_match,
     token_f1,
 )
+from jaxrl_suite.rewards.r1zero import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    extract_letters,
+    length_reward,
+    r1zero_accuracy,
+    r1zero_answer,
+    think_answer_format,
+    think_span,
+)
 
 __all__ = [
     "ANSWER_CLOSE",
@@ -67,17 +84,25 @@ __all__ = [
     "MAX_PAREN_DEPTH",
     "QA_METRICS",
     "SEARCH_REWARDS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
     "Matcher",
     "aepo_reward",
     "aepo_text_reward",
     "answer_tags",
+    "auto_think_level_rewards",
+    "auto_think_probe_rewards",
     "best_match",
     "collapse_report",
     "composite_components",
     "exact_match",
     "expression_reward",
     "extract_answer",
+    "extract_letters",
     "format_reward",
+    "is_thinking",
+    "length_reward",
+    "level_mode_term",
     "normalize_answer",
     "normalize_text",
     "numeric_match",
@@ -89,9 +114,13 @@ __all__ = [
     "parse_search_turn",
     "passage_recall",
     "positional_matches",
+    "r1zero_accuracy",
+    "r1zero_answer",
     "search_reward",
     "selected_documents",
     "span_match",
     "string_match",
+    "think_answer_format",
+    "think_span",
     "token_f1",
 ]

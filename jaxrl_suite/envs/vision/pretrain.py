@@ -1,0 +1,170 @@
+"""The pretraining corpus that makes the R1-Zero study's "base" VLM (issue 46).
+
+VisualThinker-R1-Zero (arXiv 2503.05132) starts GRPO from the pretrained base Qwen2-VL-2B and
+relies on abilities pretraining left in it. Nothing pretrained can be loaded at our scale, so
+this corpus puts those latent abilities there on purpose, and only those:
+
+  * perception into text: captions of scenes that list the objects with their cells and say
+    which object visibly covers which ("<image>3 objects: a red square at (0,1), a blue circle
+    at (1,1), a green diamond at (3,2). the blue circle covers the red square.");
+  * the tag format, from other domains: text-only `<think>...</think><answer>...</answer>`
+    documents in the R1 prompt frame ("User: ...\\nAssistant: <think>"): arithmetic word
+    problems, counting a word in a list, comparing two numbers. Never the spatial QA format: no
+    image, no options, no spatial or scene words (the tests check);
+  * self-correction: a small share (`correction_share`) of captions restate one object's cell
+    after a wrong one ("a red square at (2,3), wait, no: at (0,1)"), the corrected fact right.
+
+So the base model can describe a scene, can write the tag format, has seen "wait, no:" fix a
+fact, and has never been asked a spatial question. Captioned scenes are drawn like spatial_qa's
+(`scene.draw_scene`, 1..6 objects by default, legible) and are never held-out scenes: a scene
+whose key falls in the test bucket (the Task hash rule) is redrawn, so no spatial_qa test scene
+is ever seen in pretraining.
+
+Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: a caption
+with probability `caption_share`, else a tagged document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxrl_suite.envs.text.base import TEST_BUCKETS, stable_hash
+from jaxrl_suite.envs.vision.base import IMAGE_MARKER, MAX_DRAWS
+from jaxrl_suite.envs.vision.scene import (
+    Scene,
+    cell_text,
+    draw_scene,
+    legible,
+    render_scenes,
+    scene_key,
+    visible_occlusions,
+)
+from jaxrl_suite.rewards.format import answer_tags
+from jaxrl_suite.rewards.r1zero import THINK_CLOSE, THINK_OPEN
+
+DOC_KINDS = ("caption", "tagged")
+TAGGED_DOMAINS = ("arithmetic", "count_list", "compare")
+_NAMES = ("tom", "ana", "li", "sam", "eva", "max")
+_ITEMS = ("apples", "books", "coins", "cards", "stones", "pens")
+_WORDS = ("cat", "dog", "bird", "fish", "frog", "bee")
+
+
+class PretrainDoc(NamedTuple):
+    """One document: its text (a caption starts with IMAGE_MARKER), its scenes (one for a
+    caption, none for a tagged document), its kind and whether it holds a self-correction."""
+
+    text: str
+    scenes: tuple[Scene, ...]
+    kind: str  # "caption" | "tagged"
+    corrected: bool = False
+
+
+def _caption(rng: np.random.Generator, scene: Scene, correct: bool) -> str:
+    objs = sorted(scene.objects, key=lambda o: (o.y, o.x))  # reading order
+    parts = [f"a {o.name} at {cell_text(*o.cell)}" for o in objs]
+    if correct:
+        k = int(rng.integers(len(objs)))
+        o = objs[k]
+        wrong = [(x, y) for y in range(scene.grid) for x in range(scene.grid) if (x, y) != o.cell]
+        w = wrong[int(rng.integers(len(wrong)))]
+        parts[k] = f"a {o.name} at {cell_text(*w)}, wait, no: at {cell_text(*o.cell)}"
+    n = len(objs)
+    text = f"{n} object{'' if n == 1 else 's'}: " + ", ".join(parts) + "."
+    for near, far in visible_occlusions(scene):
+        text += f" the {near.name} covers the {far.name}."
+    return IMAGE_MARKER + text
+
+
+def _arithmetic(rng: np.random.Generator) -> tuple[str, str, int]:
+    who, item = _NAMES[int(rng.integers(len(_NAMES)))], _ITEMS[int(rng.integers(len(_ITEMS)))]
+    a, b = int(rng.integers(2, 20)), int(rng.integers(1, 10))
+    if rng.integers(2):
+        return (f"{who} has {a} {item} and gets {b} more. How many {item} now?",
+                f"{a} + {b} = {a + b}.", a + b)
+    b = min(b, a - 1)
+    return (f"{who} has {a} {item} and gives away {b}. How many {item} now?",
+            f"{a} - {b} = {a - b}.", a - b)
+
+
+def _count_list(rng: np.random.Generator) -> tuple[str, str, int]:
+    words = [_WORDS[int(i)] for i in rng.integers(0, len(_WORDS), int(rng.integers(3, 9)))]
+    target = words[int(rng.integers(len(words)))]
+    steps, k = [], 0
+    for w in words:
+        k += w == target
+        steps.append(f"{w} {k}" if w == target else w)
+    return (f"How many times does {target} appear in: {' '.join(words)}?",
+            ", ".join(steps) + f". so {k}.", k)
+
+
+def _compare(rng: np.random.Generator) -> tuple[str, str, int]:
+    a, b = (int(v) for v in rng.choice(100, size=2, replace=False))
+    word, pick = ("larger", max(a, b)) if rng.integers(2) else ("smaller", min(a, b))
+    sign = ">" if a > b else "<"
+    return f"Which is {word}, {a} or {b}?", f"{a} {sign} {b}. {word}: {pick}.", pick
+
+
+# domain -> rng -> (question, reasoning, answer)
+_DOMAINS = {"arithmetic": _arithmetic, "count_list": _count_list, "compare": _compare}
+assert tuple(_DOMAINS) == TAGGED_DOMAINS
+
+
+def _tagged(rng: np.random.Generator) -> str:
+    domain = TAGGED_DOMAINS[int(rng.integers(len(TAGGED_DOMAINS)))]
+    q, think, ans = _DOMAINS[domain](rng)
+    return f"User: {q}\nAssistant: {THINK_OPEN}{think}{THINK_CLOSE}{answer_tags(str(ans))}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainCorpus:
+    """The base VLM's pretraining documents (module docstring).
+
+    Fields: `caption_share` of documents that are (image, caption) pairs, the rest text-only
+    tagged documents; `correction_share` of captions with a self-correction; `objects` the
+    inclusive range of objects per captioned scene.
+    """
+
+    seed: int = 0
+    caption_share: float = 0.5
+    correction_share: float = 0.05
+    objects: tuple[int, int] = (1, 6)
+
+    def __post_init__(self):
+        for field in ("caption_share", "correction_share"):
+            if not 0.0 <= getattr(self, field) <= 1.0:
+                raise ValueError(f"PretrainCorpus: {field} must be in [0, 1], got "
+                                 f"{getattr(self, field)}")
+        lo, hi = self.objects
+        if not 1 <= lo <= hi <= 8:
+            raise ValueError(f"PretrainCorpus: objects must satisfy 1 <= lo <= hi <= 8, got "
+                             f"{self.objects}")
+
+    def document(self, index: int) -> PretrainDoc:
+        """Document `index`: a pure function of (fields, seed, index)."""
+        if index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        rng = np.random.default_rng([self.seed, index])
+        if rng.random() >= self.caption_share:
+            return PretrainDoc(_tagged(rng), (), "tagged")
+        correct = bool(rng.random() < self.correction_share)
+        lo, hi = self.objects
+        for _ in range(MAX_DRAWS):
+            scene = draw_scene(rng, int(rng.integers(lo, hi + 1)))
+            if stable_hash(scene_key(scene)) % TEST_BUCKETS and legible(scene):
+                return PretrainDoc(_caption(rng, scene, correct), (scene,), "caption", correct)
+        raise RuntimeError(f"{self!r}: no training scene found in {MAX_DRAWS} draws")
+
+    def documents(self, start: int, n: int) -> list[PretrainDoc]:
+        """`[document(i) for i in range(start, start + n)]`."""
+        return [self.document(i) for i in range(start, start + n)]
+
+    def images(self, doc: PretrainDoc) -> np.ndarray:
+        """uint8 [n_images, H, W, 3] of the document's scenes (n_images = 0 for a tagged
+        document: shape [0, 32, 32, 3])."""
+        return render_scenes(doc.scenes)
+
+
+__all__ = ["DOC_KINDS", "TAGGED_DOMAINS", "PretrainCorpus", "PretrainDoc"]
