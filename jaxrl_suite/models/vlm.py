@@ -209,7 +209,8 @@ def vision_inputs(images, tokens, mask, config: VLMConfig) -> VisionInputs:
     or a list of them; `patchify`), in the order of the image-token runs of `tokens`, row by
     row. All images of one call have one size (the tower batches them; resize on the host
     first). The same function serves a prompt and a whole [prompt | completion] sequence: text
-    after the prompt continues at T_real + j + rope_delta either way.
+    after the prompt continues at T_real + j + rope_delta either way (as long as the completion
+    holds no `image_token_id`, which would read as an image run).
     """
     flat, grids = patchify(images, config.vision)
     if len({tuple(g) for g in grids.tolist()}) > 1:
