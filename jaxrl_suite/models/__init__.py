@@ -20,6 +20,15 @@ from jaxrl_suite.models.sequence import (
     completion_token_map,
 )
 from jaxrl_suite.models.value import ValueLM
+from jaxrl_suite.models.vision import VisionConfig, VisionTower, patchify
+from jaxrl_suite.models.vlm import (
+    VisionInputs,
+    VisionLM,
+    VLMConfig,
+    expand_image_tokens,
+    mrope_positions,
+    vision_inputs,
+)
 
 __all__ = [
     "CausalLM",
@@ -27,15 +36,24 @@ __all__ = [
     "KVCache",
     "LMConfig",
     "SeqBatch",
+    "VLMConfig",
     "ValueLM",
+    "VisionConfig",
+    "VisionInputs",
+    "VisionLM",
+    "VisionTower",
     "apply_rope",
     "completion_embeddings",
     "completion_hidden",
     "completion_logits",
     "completion_token_map",
+    "expand_image_tokens",
     "init_cache",
+    "mrope_positions",
+    "patchify",
     "rms_norm",
     "rope_cos_sin",
     "stack_layers",
     "unstack_layers",
+    "vision_inputs",
 ]

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints (Llama, Qwen2, Qwen3) to and from our `CausalLM`, without torch.
+"""Hugging Face checkpoints (Llama, Qwen2, Qwen3; Qwen2-VL) to and from our `CausalLM` (and
+`VisionLM`), without torch.
 
     cfg, params, tokenizer = load_hf_checkpoint("/models/Qwen2.5-0.5B")  # a local directory
     logits, _ = CausalLM(cfg).apply(params, tokens)
@@ -24,6 +25,20 @@ Qwen2's q/k/v biases (`qkv_bias`) and Qwen3's per-head q/k RMSNorm (`qk_norm`).
 Not supported (a one-line error names the field): RoPE scaling (`rope_type` other than
 "default"), sliding-window attention, attention/MLP biases other than Qwen2's q/k/v, and
 activations other than SiLU.
+
+Qwen2-VL (`model_type` "qwen2_vl", HF `Qwen2VLForConditionalGeneration`) loads as a
+`models.vlm.VLMConfig` and the `VisionLM` tree: the language model is a Qwen2 (the same mapping)
+with M-RoPE (`mrope_section`), the tower is `models.vision.VisionTower` under `visual`
+(`visual.patch_embed.proj.weight` [E, C, T, p, p], a Conv3d with stride = kernel, is the Dense
+kernel [C*T*p*p, E] of the flattened patch; the rest are Linear / LayerNorm as above). Both
+config.json layouts load: transformers 5's (`text_config`, `vision_config`, `rope_parameters`
+{rope_type: default, mrope_section, rope_theta}) and transformers 4's (text fields at the top,
+`rope_scaling` {type: mrope, mrope_section}, `rope_theta`, `vision_config.in_chans`), and both
+tensor layouts: `model.layers.*`, `visual.*` (transformers 4, and what `save_pretrained` still
+writes) and `model.language_model.*`, `model.visual.*` (transformers 5's module names). The
+image mean / std come from preprocessor_config.json when present. We save transformers 5's
+config.json (as its `save_pretrained` writes it; tested with transformers 5.25), transformers 4's
+tensor names and a preprocessor_config.json of `patchify`'s processing.
 """
 
 from __future__ import annotations
@@ -41,14 +56,20 @@ import numpy as np
 from jaxrl_suite.core.config import NonNegativeInt, Positive
 from jaxrl_suite.models import lora as _lora
 from jaxrl_suite.models.lm import LMConfig, stack_layers, unstack_layers
+from jaxrl_suite.models.vision import CLIP_MEAN, CLIP_STD, VisionConfig
+from jaxrl_suite.models.vlm import VLMConfig
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
 }
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
+_PREPROCESSOR = "preprocessor_config.json"
+# transformers 5's names of Qwen2-VL tensors -> the transformers 4 names we map (and save)
+_VLM_PREFIXES = (("model.language_model.", "model."), ("model.visual.", "visual."))
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some older checkpoints saved
 _FIELD_NAMES = {  # LMConfig field -> config.json field
     "vocab_size": "vocab_size", "d_model": "hidden_size", "n_layers": "num_hidden_layers",
@@ -119,11 +140,16 @@ def _rope_theta(hf: dict, where: str) -> float:
 
 def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.json",
                    param_dtype: str = "float32", remat: str = "none",
-                   scan_layers: bool | None = None,
-                   attention_impl: str | None = None) -> LMConfig:
-    """Our `LMConfig` for a Hugging Face `config.json` dict (Llama, Qwen2 or Qwen3), with the
-    `OPTIONS` that config.json does not hold (dtype, param_dtype, remat, scan_layers,
-    attention_impl)."""
+                   scan_layers: bool | None = None, attention_impl: str | None = None,
+                   preprocessor: dict | None = None) -> LMConfig:
+    """Our `LMConfig` for a Hugging Face `config.json` dict (Llama, Qwen2 or Qwen3; a
+    `VLMConfig` for Qwen2-VL, whose image mean / std come from `preprocessor`, the
+    preprocessor_config.json dict, when given), with the `OPTIONS` that config.json does not
+    hold (dtype, param_dtype, remat, scan_layers, attention_impl)."""
+    options = dict(dtype=dtype, param_dtype=param_dtype, remat=remat, scan_layers=scan_layers,
+                   attention_impl=attention_impl)
+    if hf.get("model_type") == "qwen2_vl":
+        return _vlm_config_from_hf(hf, where, preprocessor or {}, options)
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
         raise HFCheckpointError(f"{where}: field 'model_type'={model_type!r} is not supported "
@@ -173,15 +199,131 @@ def config_from_hf(hf: dict, *, dtype: str = "float32", where: str = "config.jso
         raise HFCheckpointError(f"{where}: {msg}") from None
 
 
+def _vlm_config_from_hf(hf: dict, where: str, preprocessor: dict, options: dict) -> VLMConfig:
+    """`VLMConfig` of a Qwen2-VL config.json in either layout: transformers 5 (`text_config`
+    with `rope_parameters` {rope_type: default, mrope_section, rope_theta}) or transformers 4
+    (the text fields at the top, `rope_scaling` {type: mrope, mrope_section}, `rope_theta`)."""
+    nested = hf.get("text_config") or {}
+    text = {**hf, **nested}
+    field = "rope_parameters" if text.get("rope_parameters") else "rope_scaling"
+    rope = text.get(field) or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "mrope"):
+        raise HFCheckpointError(f"{where}: field '{field}.rope_type'={kind!r} is not supported "
+                                "(only M-RoPE, 'default' / 'mrope')")
+    if "mrope_section" not in rope:
+        raise HFCheckpointError(f"{where}: missing field '{field}.mrope_section'")
+    theta = float(rope.get("rope_theta", text.get("rope_theta", 1e6)))
+    tie = bool(hf.get("tie_word_embeddings") or nested.get("tie_word_embeddings"))
+    lm = config_from_hf({**text, "model_type": "qwen2", "rope_scaling": None,
+                         "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+                         "tie_word_embeddings": tie}, where=where, **options)
+    v = hf.get("vision_config") or {}
+    mlp_ratio = float(v.get("mlp_ratio", 4))
+    if mlp_ratio != int(mlp_ratio):
+        raise HFCheckpointError(f"{where}: field 'vision_config.mlp_ratio'={mlp_ratio} is not "
+                                "supported (a whole number)")
+    special = {"image_token_id": ("image_token_id", 151655),
+               "vision_start_id": ("vision_start_token_id", 151652),
+               "vision_end_id": ("vision_end_token_id", 151653),
+               "video_token_id": ("video_token_id", 151656)}
+    try:
+        vision = VisionConfig(
+            patch_size=int(v.get("patch_size", v.get("spatial_patch_size", 14))),
+            temporal_patch_size=int(v.get("temporal_patch_size", 2)),
+            in_channels=int(v.get("in_channels", v.get("in_chans", 3))),
+            embed_dim=int(v.get("embed_dim", 1280)), depth=int(v.get("depth", 32)),
+            n_heads=int(v.get("num_heads", 16)), mlp_ratio=int(mlp_ratio),
+            spatial_merge_size=int(v.get("spatial_merge_size", 2)),
+            out_dim=int(v.get("hidden_size", lm.d_model)),
+            rope_theta=float((v.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+            hidden_act=v.get("hidden_act", "quick_gelu"),
+            image_mean=tuple(preprocessor.get("image_mean", CLIP_MEAN)),
+            image_std=tuple(preprocessor.get("image_std", CLIP_STD)))
+        return VLMConfig(**{**{f.name: getattr(lm, f.name) for f in dataclasses.fields(LMConfig)},
+                            "mrope_section": tuple(int(x) for x in rope["mrope_section"])},
+                         vision=vision, **{ours: int(hf.get(theirs, default))
+                                           for ours, (theirs, default) in special.items()})
+    except ValueError as e:  # say it in config.json's field names
+        msg = str(e).replace("LMConfig.mrope_section", f"'{field}.mrope_section'")
+        msg = msg.replace("VLMConfig.vision.out_dim", "'vision_config.hidden_size'").replace(
+            "d_model=", "'hidden_size'=")
+        msg = re.sub(r"VisionConfig\.(\w+)", r"'vision_config.\1'", msg)
+        msg = re.sub(r"config field 'vision\.(\w+)'", r"'vision_config.\1'", msg)
+        for ours, (theirs, _) in special.items():
+            msg = msg.replace(f"VLMConfig.{ours}", f"'{theirs}'")
+        raise HFCheckpointError(f"{where}: {msg}") from None
+
+
 def model_type_of(config: LMConfig) -> str:
-    """The HF family a config is saved as: qwen3 (q/k norm), qwen2 (q/k/v bias) or llama."""
+    """The HF family a config is saved as: qwen2_vl (a `VLMConfig`), qwen3 (q/k norm), qwen2
+    (q/k/v bias) or llama."""
+    if isinstance(config, VLMConfig):
+        if config.qk_norm or not config.qkv_bias or config.head_dim not in (
+                None, config.d_model // config.n_heads):
+            raise HFCheckpointError("a VLMConfig is saved as Qwen2-VL, which needs qkv_bias, no "
+                                    "qk_norm and head_dim = d_model / n_heads")
+        return "qwen2_vl"
     if config.qk_norm and config.qkv_bias:
         raise HFCheckpointError("LMConfig with both qk_norm and qkv_bias matches no HF family")
     return "qwen3" if config.qk_norm else "qwen2" if config.qkv_bias else "llama"
 
 
+def _vlm_config_to_hf(config: VLMConfig, text: dict) -> dict:
+    """Qwen2-VL's config.json (transformers 5 layout, as its `save_pretrained` writes it) around
+    the text fields `text` of the qwen2 config of the same LM."""
+    v = config.vision
+    drop = ("architectures", "model_type", "rope_theta", "rope_parameters", "head_dim",
+            "tie_word_embeddings", "torch_dtype", "attention_bias")
+    text = {k: x for k, x in text.items() if k not in drop}
+    text.update(model_type="qwen2_vl_text", rope_parameters={
+        "rope_type": "default", "rope_theta": config.rope_theta,
+        "mrope_section": list(config.mrope_section)})
+    return {
+        "architectures": [ARCHITECTURES["qwen2_vl"]],
+        "model_type": "qwen2_vl",
+        "dtype": "float32",
+        "image_token_id": config.image_token_id,
+        "video_token_id": config.video_token_id,
+        "vision_start_token_id": config.vision_start_id,
+        "vision_end_token_id": config.vision_end_id,
+        "tie_word_embeddings": config.tie_embeddings,
+        "text_config": text,
+        "vision_config": {
+            "model_type": "qwen2_vl_vision", "depth": v.depth, "embed_dim": v.embed_dim,
+            "hidden_size": v.out_dim, "hidden_act": v.hidden_act, "mlp_ratio": v.mlp_ratio,
+            "num_heads": v.n_heads, "in_channels": v.in_channels, "patch_size": v.patch_size,
+            "spatial_merge_size": v.spatial_merge_size,
+            "temporal_patch_size": v.temporal_patch_size,
+            "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
+        },
+    }
+
+
+def preprocessor_to_hf(config: VLMConfig) -> dict:
+    """The preprocessor_config.json of a Qwen2-VL model: HF's image processor doing what
+    `models.vision.patchify` does (this tower's patching and normalisation, no resizing: images
+    come at multiples of patch_size * merge_size)."""
+    v = config.vision
+    return {"image_processor_type": "Qwen2VLImageProcessor", "do_resize": False,
+            "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+            "do_convert_rgb": True, "image_mean": list(v.image_mean),
+            "image_std": list(v.image_std), "patch_size": v.patch_size,
+            "temporal_patch_size": v.temporal_patch_size, "merge_size": v.spatial_merge_size}
+
+
 def config_to_hf(config: LMConfig, *, tokenizer=None) -> dict:
-    """The `config.json` dict of a Hugging Face model equal to `CausalLM(config)`."""
+    """The `config.json` dict of a Hugging Face model equal to `CausalLM(config)` (or, for a
+    `VLMConfig`, to `VisionLM(config)`: Qwen2-VL)."""
+    if isinstance(config, VLMConfig):
+        model_type_of(config)  # a Qwen2-VL or a one-line error
+        lm = LMConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(LMConfig)
+                         if f.name != "mrope_section"})
+        hf = _vlm_config_to_hf(config, config_to_hf(lm, tokenizer=tokenizer))
+        for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
+            if key in hf["text_config"]:
+                hf[key] = hf["text_config"][key]
+        return hf
     model_type = model_type_of(config)
     hf = {
         "architectures": [ARCHITECTURES[model_type]],
@@ -219,8 +361,58 @@ def config_to_hf(config: LMConfig, *, tokenizer=None) -> dict:
 # tensor names and shapes
 
 
-def _layout(config: LMConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], bool]]:
-    """HF tensor name -> (our param path, HF shape, transposed?) for every tensor of `config`."""
+def _layout(config: LMConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], bool | str]]:
+    """HF tensor name -> (our param path, HF shape, kind) for every tensor of `config`; kind:
+    False (copied), True (a Linear: transposed) or "conv" (`_to_ours`)."""
+    out = _lm_layout(config)
+    if isinstance(config, VLMConfig):
+        out.update(_vision_layout(config.vision))
+    return out
+
+
+def _vision_layout(v: VisionConfig) -> dict:
+    """The tower's tensors (`models/vision.py`), under `visual.` as transformers 4 names them."""
+    e, wide = v.embed_dim, v.embed_dim * v.merge_tokens
+    out = {"visual.patch_embed.proj.weight": (
+        ("visual", "patch_embed", "kernel"),
+        (e, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size), "conv")}
+    linears = {"merger.mlp.0": (("merger", "mlp_0"), wide, wide),
+               "merger.mlp.2": (("merger", "mlp_2"), v.out_dim, wide)}
+    norms = {"merger.ln_q": ("merger", "ln_q")}
+    for i in range(v.depth):
+        hf, ours = f"blocks.{i}.", f"blocks_{i}"
+        linears[hf + "attn.qkv"] = ((ours, "attn", "qkv"), 3 * e, e)
+        linears[hf + "attn.proj"] = ((ours, "attn", "proj"), e, e)
+        linears[hf + "mlp.fc1"] = ((ours, "mlp", "fc1"), e * v.mlp_ratio, e)
+        linears[hf + "mlp.fc2"] = ((ours, "mlp", "fc2"), e, e * v.mlp_ratio)
+        norms[hf + "norm1"], norms[hf + "norm2"] = (ours, "norm1"), (ours, "norm2")
+    for name, (path, rows, cols) in linears.items():
+        out[f"visual.{name}.weight"] = (("visual", *path, "kernel"), (rows, cols), True)
+        out[f"visual.{name}.bias"] = (("visual", *path, "bias"), (rows,), False)
+    for name, path in norms.items():
+        out[f"visual.{name}.weight"] = (("visual", *path, "scale"), (e,), False)
+        out[f"visual.{name}.bias"] = (("visual", *path, "bias"), (e,), False)
+    return out
+
+
+def _to_ours(x: np.ndarray, kind: bool | str) -> np.ndarray:
+    """An HF tensor as our leaf: a Linear [out, in] transposed to a Dense kernel [in, out]; the
+    patch Conv3d [E, C, T, p, p] (stride = kernel) as the Dense kernel [C*T*p*p, E] of the
+    flattened patch (`models.vision.patchify`'s (C, T, p, p) order)."""
+    if kind == "conv":
+        return np.ascontiguousarray(x.reshape(x.shape[0], -1).T)
+    return np.ascontiguousarray(x.T) if kind else x
+
+
+def _to_hf(x: np.ndarray, kind: bool | str, shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of `_to_ours`."""
+    if kind == "conv":
+        return np.ascontiguousarray(x.T).reshape(shape)
+    return np.ascontiguousarray(x.T) if kind else x
+
+
+def _lm_layout(config: LMConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], bool]]:
+    """The causal LM's tensors: (our param path, HF shape, transposed?)."""
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     hd, nh, nk = config.resolved_head_dim, config.n_heads, config.n_kv_heads
     out = {"model.embed_tokens.weight": (("embed", "embedding"), (v, d), False),
@@ -254,13 +446,15 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: LMConfig, *,
     is the scanned one (`stack_layers`: subtree `layers`, leaves [L, ...]) when
     `config.scanned`."""
     layout = _layout(config)
+    if isinstance(config, VLMConfig):  # transformers 5's names -> transformers 4's
+        tensors = {_legacy_name(n): x for n, x in tensors.items()}
     extra = [n for n in tensors if n not in layout and not n.endswith(_IGNORED_SUFFIXES)
              and not (n == "lm_head.weight" and config.tie_embeddings)]
     if extra:
         raise HFCheckpointError(f"{where}: unexpected tensor '{extra[0]}' for this "
                                 f"{model_type_of(config)} config ({len(extra)} in all)")
     tree: dict = {}
-    for name, (path, shape, transpose) in layout.items():
+    for name, (path, shape, kind) in layout.items():
         if name not in tensors:
             raise HFCheckpointError(f"{where}: missing tensor '{name}'")
         x = tensors[name]
@@ -271,7 +465,7 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: LMConfig, *,
         node = tree
         for key in path[:-1]:
             node = node.setdefault(key, {})
-        node[path[-1]] = np.ascontiguousarray(x.T) if transpose else x
+        node[path[-1]] = _to_ours(x, kind)
     if config.scanned:
         tree = stack_layers(tree, config.n_layers)
     return {"params": tree}
@@ -284,7 +478,7 @@ def params_to_hf(params, config: LMConfig) -> dict[str, np.ndarray]:
     if "layers" in tree:
         tree = unstack_layers(tree, config.n_layers)
     out = {}
-    for name, (path, shape, transpose) in _layout(config).items():
+    for name, (path, shape, kind) in _layout(config).items():
         node = tree
         try:
             for key in path:
@@ -293,12 +487,24 @@ def params_to_hf(params, config: LMConfig) -> dict[str, np.ndarray]:
             missing = "/".join(path)
             raise HFCheckpointError(f"params lack '{missing}' (for tensor '{name}')") from None
         x = np.asarray(jax.device_get(node), dtype=np.float32)
-        x = np.ascontiguousarray(x.T) if transpose else x
+        if kind == "conv" and x.size != math.prod(shape):
+            raise HFCheckpointError(f"param '{'/'.join(path)}' has shape {x.shape}, "
+                                    f"config implies {shape}")
+        x = _to_hf(x, kind, shape)
         if x.shape != shape:
             raise HFCheckpointError(f"param '{'/'.join(path)}' has shape {x.shape}, "
                                     f"config implies {shape}")
         out[name] = x
     return out
+
+
+def _legacy_name(name: str) -> str:
+    """A Qwen2-VL tensor name in transformers 4's layout (`model.layers.*`, `visual.*`), from
+    transformers 5's (`model.language_model.*`, `model.visual.*`) or as it is."""
+    for new, old in _VLM_PREFIXES:
+        if name.startswith(new):
+            return old + name[len(new):]
+    return name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,11 +579,18 @@ def load_hf_config(path: str | Path, *, dtype: str = "float32", **options) -> LM
     cfg_file = Path(path).expanduser() / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{cfg_file} is missing (not a Hugging Face checkpoint directory)")
-    try:
-        hf = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as e:
-        raise HFCheckpointError(f"{cfg_file}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    hf = _read_json(cfg_file)
+    pre = cfg_file.with_name(_PREPROCESSOR)
+    if hf.get("model_type") == "qwen2_vl" and pre.exists():  # the image mean / std
+        options["preprocessor"] = _read_json(pre)
     return config_from_hf(hf, dtype=dtype, where=str(cfg_file), **options)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise HFCheckpointError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
 
 
 def load_hf_checkpoint(path: str | Path, *, dtype: str = "float32", tokenizer: bool = True,
@@ -465,13 +678,16 @@ def save_hf_checkpoint(params, config: LMConfig, path: str | Path, *, tokenizer=
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
     (path / "config.json").write_text(json.dumps(config_to_hf(config, tokenizer=tokenizer),
                                                  indent=2) + "\n")
+    if isinstance(config, VLMConfig):
+        (path / _PREPROCESSOR).write_text(json.dumps(preprocessor_to_hf(config), indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.hf.save_pretrained(str(path))
     return path
 
 
 def num_params(config: LMConfig) -> int:
-    """Parameter count of `CausalLM(config)` (from the HF layout; no arrays built)."""
+    """Parameter count of `CausalLM(config)` (or `VisionLM` for a `VLMConfig`; from the HF
+    layout, no arrays built)."""
     return int(sum(math.prod(shape) for _, shape, _ in _layout(config).values()))
 
 
@@ -488,6 +704,7 @@ __all__ = [
     "num_params",
     "params_from_hf",
     "params_to_hf",
+    "preprocessor_to_hf",
     "read_safetensors",
     "save_hf_checkpoint",
 ]

@@ -12,6 +12,12 @@ Llama), grouped-query attention (GQA) and a SwiGLU MLP, with optional tied embed
 Papers: Llama (arXiv:2302.13971), RoFormer/RoPE (arXiv:2104.09864), GQA (arXiv:2305.13245),
 SwiGLU (arXiv:2002.05202), RMSNorm (arXiv:1910.07467).
 
+With `LMConfig.mrope_section` the rotary frequencies are split into (time, row, col) parts that
+rotate by positions [B, T, 3] (Qwen2-VL's M-RoPE, arXiv:2409.12191; `rope_cos_sin`); text tokens
+have t = h = w and get exactly 1-D RoPE. `CausalLM` can take input embeddings at chosen positions
+(`input_embeds`, `embeds_mask`) in place of the token embeddings: `models.vlm.VisionLM` puts its
+image tokens there.
+
 The parameter tree maps one-to-one onto HF Llama/Qwen2/Qwen3 checkpoints (`models/hf.py` loads
 and saves them; Dense kernels are the transposed HF `weight`s):
 
@@ -87,6 +93,9 @@ class LMConfig:
     # jax.nn.dot_product_attention's implementation: None (JAX's choice: XLA in JAX 0.10 on every
     # backend), "xla", or "cudnn" (cuDNN flash attention; NVIDIA GPUs, bf16/fp16 compute only)
     attention_impl: str | None = None
+    # M-RoPE (Qwen2-VL): the head_dim // 2 rotary frequencies split into (time, row, col) parts,
+    # each rotated by its own axis of positions [B, T, 3]; None = 1-D RoPE (`rope_cos_sin`)
+    mrope_section: tuple[Count, ...] | None = None
 
     def __post_init__(self):
         # The Ranges declared above (a subclass's fields too: `models.hf.ModelConfig`, the
@@ -122,6 +131,12 @@ class LMConfig:
         if self.scan_layers not in (None, True, False):
             raise ValueError(f"LMConfig.scan_layers must be true, false or null, got "
                              f"{self.scan_layers!r}")
+        if self.mrope_section is not None:
+            object.__setattr__(self, "mrope_section", tuple(self.mrope_section))  # hashable
+            half = self.resolved_head_dim // 2
+            if len(self.mrope_section) != 3 or sum(self.mrope_section) != half:
+                raise ValueError(f"LMConfig.mrope_section={list(self.mrope_section)} must be 3 "
+                                 f"parts (time, row, col) summing to head_dim // 2 = {half}")
 
     @property
     def resolved_head_dim(self) -> int:
@@ -230,13 +245,26 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     return y.astype(x.dtype) * scale.astype(x.dtype)
 
 
-def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float,
+                 mrope_section: tuple[int, ...] | None = None) -> tuple[jax.Array, jax.Array]:
     """Rotary tables for integer positions [B, T]; returns cos, sin of shape [B, T, Dh] float32.
 
     inv_freq_i = theta^(-2i/Dh), angle = pos * inv_freq, tables = [angle, angle] (HF Llama).
+
+    M-RoPE (Qwen2-VL, arXiv:2409.12191; HF `Qwen2VLRotaryEmbedding`), with mrope_section
+    (s_t, s_h, s_w), s_t + s_h + s_w = Dh/2, and positions [B, T, 3] (time, row, col):
+    frequency i takes its angle from axis a(i), the part of the section that i falls in,
+
+        angle_i = pos[a(i)] * inv_freq_i,   a(i) = 0 for i < s_t, 1 for i < s_t + s_h, else 2.
+
+    Positions [B, T] mean t = h = w (text), and then the tables are bit-identical to 1-D RoPE's.
     """
     inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    if mrope_section is None or positions.ndim == 2:
+        angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    else:
+        axis = np.repeat(np.arange(len(mrope_section)), mrope_section)  # [Dh/2] a(i)
+        angles = positions[..., axis].astype(jnp.float32) * inv_freq  # [B, T, Dh/2]
     angles = jnp.concatenate([angles, angles], axis=-1)  # [B, T, Dh]
     return jnp.cos(angles), jnp.sin(angles)
 
@@ -420,11 +448,15 @@ class CausalLM(nn.Module):
         cache_index: jax.Array | int | None = None,
         return_hidden: bool = False,
         return_logits: bool = True,
+        input_embeds: jax.Array | None = None,
+        embeds_mask: jax.Array | None = None,
     ):
         """Run the model on tokens [B, T] int32.
 
         Full forward (cache None): positions [B, T] (default arange(T)), key_mask [B, T] bool
-        (False = padding key, never attended to); causal mask over the T tokens.
+        (False = padding key, never attended to); causal mask over the T tokens. With
+        `LMConfig.mrope_section`, positions may be [B, T, 3] (time, row, col; `rope_cos_sin`'s
+        M-RoPE); [B, T] ones are text, t = h = w.
         Cached (cache a `KVCache` with S slots): the tokens are written at cache slots
         cache_index..cache_index+T-1, key_mask is [B, S] over the slots (default all True), and
         the query in slot i attends to slots j <= i with key_mask[j]. Positions default to
@@ -439,6 +471,11 @@ class CausalLM(nn.Module):
         (and return_hidden) the [B, T, V] logits are never formed and the first element is None:
         project the hidden states yourself (`output_projection`, `losses.chunked`). Initialise
         params with the default True (an untied lm_head is created where it is used).
+
+        input_embeds [B, T, D] with embeds_mask [B, T] bool replace the token embeddings where
+        the mask is True (a vision-language model's image embeddings at its placeholder tokens,
+        `models.vlm.VisionLM`): h_0[b, t] = input_embeds[b, t] if embeds_mask[b, t] else
+        embed[tokens[b, t]].
         """
         cfg = self.config
         dtype = cfg.compute_dtype
@@ -463,6 +500,9 @@ class CausalLM(nn.Module):
             k_slots = jnp.arange(cache.cache_len, dtype=jnp.int32)  # [S]
         if positions is None:
             positions = jnp.broadcast_to(q_slots, (b, t))
+        if positions.ndim == 3 and cfg.mrope_section is None:
+            raise ValueError(f"positions of shape {positions.shape} (M-RoPE) need "
+                             "LMConfig.mrope_section")
         mask = k_slots <= q_slots[..., None]  # [T, S] or [B, T, S] causal
         if not self.causal:
             if cache is not None:
@@ -472,7 +512,8 @@ class CausalLM(nn.Module):
         if key_mask is not None:
             mask = mask & key_mask.astype(bool)[:, None, None, :]  # [B, 1, T, S]
 
-        cos, sin = rope_cos_sin(positions, cfg.resolved_head_dim, cfg.rope_theta)
+        cos, sin = rope_cos_sin(positions, cfg.resolved_head_dim, cfg.rope_theta,
+                                cfg.mrope_section)
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.d_model,
@@ -485,7 +526,10 @@ class CausalLM(nn.Module):
         # The table's d_model shards (FSDP) are gathered where the table is used; its vocab rows
         # stay split over tensor (a vocab-parallel lookup and, when tied, vocab-parallel logits).
         table = constrain(embed.embedding, ("vocab", None)).astype(dtype)  # [V, D]
-        h = constrain(jnp.take(table, tokens, axis=0), residual)  # [B, T, D], as nn.Embed
+        h = jnp.take(table, tokens, axis=0)  # [B, T, D], as nn.Embed
+        if input_embeds is not None:
+            h = jnp.where(embeds_mask[..., None], input_embeds.astype(dtype), h)
+        h = constrain(h, residual)
         if cfg.scanned:  # one scanned block; the stacked cache rides in the carry
             kv = None if cache is None else (cache.k, cache.v)
             layers = jnp.arange(cfg.n_layers, dtype=jnp.int32)

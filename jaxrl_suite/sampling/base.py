@@ -18,6 +18,12 @@ slot or step that computes it. A trainer numbers a rollout's rows prompt_index *
 sample_index, so every exact sampler (static, micro-groups, continuous batching) gives the same
 completions for the same key, whatever its schedule.
 
+A vision-language policy (`models.vlm.VisionLM`) also takes `images=`: the prompts' images,
+uint8 / float [N, H, W, C] or a list per row, in the order of the image-token runs of the prompts
+(`models.vlm.vision_inputs`). They are read at the prefill only; decoding continues from the
+prompt's M-RoPE offset (`rope_delta`). `KVCacheSampler` supports them; the other engines refuse
+them with a one-line ValueError (`refuse_images`) until they are ported.
+
 temperature and top_p are optional keyword overrides of the sampler's own settings (None =
 keep them). They are traced values: a new temperature or nucleus mass reuses the compiled
 program. What shapes the program is fixed when a sampler is built (max_new_tokens; for
@@ -56,7 +62,8 @@ class Sampler(Protocol):
     params: the policy's parameters; prompt [B, P] int32, left-padded; prompt_mask [B, P] bool;
     rng: a PRNG key (ignored by greedy samplers); temperature, top_p: traced overrides of the
     sampler's settings (None = its own); seq_ids: [B] int32 sequence numbers for the per-sequence
-    keys (None = arange(B)). Returns a `GenerateOutput` of [B, N] tokens, log-probs
+    keys (None = arange(B)); images: a vision-language policy's images (None = text only; see
+    the module docstring). Returns a `GenerateOutput` of [B, N] tokens, log-probs
     (the unfiltered sampling distribution, see the module docstring) and mask, and [B] lengths.
     """
 
@@ -70,6 +77,7 @@ class Sampler(Protocol):
         temperature: float | jax.Array | None = None,
         top_p: float | jax.Array | None = None,
         seq_ids: jax.Array | None = None,
+        images: Any = None,
     ) -> GenerateOutput: ...
 
 
@@ -90,6 +98,13 @@ class LearningSampler(Protocol):
     def init_learning_state(self) -> Any: ...
 
 
+def refuse_images(images, engine: str) -> None:
+    """The one-line ValueError of an engine that does not take `images=` yet."""
+    if images is not None:
+        raise ValueError(f"{engine} does not take images= yet; the static KV-cache engine "
+                         "(KVCacheSampler) does")
+
+
 def compiled_memory(fn, *args) -> dict:
     """The compiler's memory estimate of `jax.jit(fn)(*args)` (compiled, not run), in bytes:
     argument, output, temp, alias and peak = argument + output + temp - alias. The samplers'
@@ -101,4 +116,4 @@ def compiled_memory(fn, *args) -> dict:
     return out
 
 
-__all__ = ["GenerateOutput", "LearningSampler", "Sampler", "compiled_memory"]
+__all__ = ["GenerateOutput", "LearningSampler", "Sampler", "compiled_memory", "refuse_images"]

@@ -37,7 +37,7 @@ from jax import lax
 
 from jaxrl_suite.core.parallel import host_local, jit_on_mesh
 from jaxrl_suite.models.lm import CausalLM, KVCache, init_cache
-from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
+from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory, refuse_images
 from jaxrl_suite.sampling.kv_cache import (
     check_sampling,
     check_sizes,
@@ -241,8 +241,9 @@ class ContinuousSampler:
         return out, self.last_stats
 
     def __call__(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
-                 temperature=None, top_p=None, seq_ids=None) -> GenerateOutput:
+                 temperature=None, top_p=None, seq_ids=None, images=None) -> GenerateOutput:
         """`Sampler` call: the completions of `generate` (its stats in `last_stats`)."""
+        refuse_images(images, "ContinuousSampler")
         return self.generate(params, prompt, prompt_mask, rng, temperature=temperature,
                              top_p=top_p, seq_ids=seq_ids)[0]
 

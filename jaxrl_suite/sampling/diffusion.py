@@ -50,7 +50,7 @@ from jax import lax
 
 from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.models.diffusion_lm import DiffusionLM, completion_logits
-from jaxrl_suite.sampling.base import GenerateOutput
+from jaxrl_suite.sampling.base import GenerateOutput, refuse_images
 from jaxrl_suite.sampling.kv_cache import (
     check_sampling,
     default_seq_ids,
@@ -176,7 +176,8 @@ class DiffusionSampler:
                             f32_scalar(t), f32_scalar(p))
 
     def __call__(self, params, prompt, prompt_mask, rng, *, temperature=None, top_p=None,
-                 seq_ids=None) -> GenerateOutput:
+                 seq_ids=None, images=None) -> GenerateOutput:
+        refuse_images(images, "DiffusionSampler")
         return self.decode(params, prompt, prompt_mask, rng, temperature=temperature,
                            top_p=top_p, seq_ids=seq_ids)[0]
 

@@ -14,6 +14,11 @@ temperature), so it equals a later full-forward recompute at the same temperatur
 
 temperature and top_p are traced arguments of the compiled program (one program serves every
 value); top_k (`lax.top_k` needs a static k), the sizes and greedy decoding are static.
+
+A `models.vlm.VisionLM` also takes `images=` (the `Sampler` protocol's): the prefill runs the
+image tower and scatters its tokens at the prompt's image tokens, with M-RoPE positions
+(`models.vlm.vision_inputs`, on the host), and decoding continues at position
+T_real + j + rope_delta on all three axes. Without images the program is the text one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from jax import lax
 
 from jaxrl_suite.core.parallel import jit_on_mesh
 from jaxrl_suite.models.lm import CausalLM, init_cache
+from jaxrl_suite.models.vlm import VisionInputs, VisionLM, vision_inputs
 from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
 
 
@@ -139,9 +145,11 @@ def f32_scalar(x):
 
 
 def generate_tokens(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids,
-                    temperature, top_p, *, max_new_tokens: int, top_k: int, eos_id: int,
-                    pad_id: int, greedy: bool) -> GenerateOutput:
-    """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32)."""
+                    temperature, top_p, images: VisionInputs | None = None, *,
+                    max_new_tokens: int, top_k: int, eos_id: int, pad_id: int,
+                    greedy: bool) -> GenerateOutput:
+    """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32;
+    images: a `VisionLM`'s `VisionInputs` of the prompts, or None)."""
     cfg = model.config
     b, p = prompt_tokens.shape
     if prompt_mask.shape != (b, p):
@@ -156,7 +164,13 @@ def generate_tokens(model: CausalLM, params, prompt_tokens, prompt_mask, rng, se
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1, dtype=jnp.int32) - 1, 0)  # [B, P]
     next_pos = jnp.sum(prompt_mask, axis=1, dtype=jnp.int32)  # [B] position of completion 0
     cache = init_cache(cfg, b, p + n, cfg.compute_dtype)
-    logits, cache = model.apply(params, prompt_tokens, positions, key_mask, cache, 0)
+    if images is None:
+        logits, cache = model.apply(params, prompt_tokens, positions, key_mask, cache, 0)
+    else:  # M-RoPE positions [B, P, 3]; decoding continues rope_delta further on
+        logits, cache = model.apply(params, prompt_tokens, images.positions, key_mask, cache, 0,
+                                    patches=images.patches,
+                                    patch_positions=images.patch_positions)
+        next_pos = next_pos + images.rope_delta
     seq_keys = sequence_keys(rng, seq_ids)
     at = lambda j: token_keys(seq_keys, jnp.full((b,), j, jnp.int32))  # keys of token j
 
@@ -226,19 +240,28 @@ class KVCacheSampler:
     def __call__(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
                  temperature: float | jax.Array | None = None,
                  top_p: float | jax.Array | None = None,
-                 seq_ids: jax.Array | None = None) -> GenerateOutput:
+                 seq_ids: jax.Array | None = None, images=None) -> GenerateOutput:
         """Sample N = max_new_tokens tokens for left-padded prompts [B, P] (see `Sampler`).
 
         prompt_mask [B, P] is 1/True on real tokens; RoPE positions are cumsum(mask) - 1 per
         row. seq_ids [B] int32 number the sequences for their keys (default arange(B)).
+        images (a `VisionLM` only): the prompts' images, [N, H, W, C] or a list per row, in
+        the order of their image-token runs (`models.vlm.vision_inputs`).
         Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
         """
         check_sampling(self.temperature if temperature is None else temperature,
                         self.top_p if top_p is None else top_p)
+        vision = None
+        if images is not None:
+            if not isinstance(self.model, VisionLM):
+                raise ValueError(f"KVCacheSampler: images= needs a VisionLM, the model is "
+                                 f"{type(self.model).__name__}")
+            vision = vision_inputs(images, np.asarray(prompt), np.asarray(prompt_mask),
+                                   self.model.config)
         return self._generate(params, prompt, prompt_mask, rng,
                               default_seq_ids(prompt, seq_ids),
                               self._settings[0] if temperature is None else f32_scalar(temperature),
-                              self._settings[1] if top_p is None else f32_scalar(top_p))
+                              self._settings[1] if top_p is None else f32_scalar(top_p), vision)
 
     def compiled_memory(self, params, prompt, prompt_mask) -> dict:
         """The compiler's memory estimate (bytes, `base.compiled_memory`) of decoding these

@@ -90,7 +90,7 @@ from jaxrl_suite.core.parallel import jit_on_mesh, mesh_of, replicate
 from jaxrl_suite.losses.distill import kd_loss, reward_weights
 from jaxrl_suite.models.lm import CausalLM, init_cache
 from jaxrl_suite.sampling import kv_cache
-from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory
+from jaxrl_suite.sampling.base import GenerateOutput, compiled_memory, refuse_images
 from jaxrl_suite.sampling.kv_cache import (
     check_sampling,
     check_sizes,
@@ -675,8 +675,9 @@ class SpeculativeSampler:
     def __call__(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array, *,
                  temperature: float | jax.Array | None = None,
                  top_p: float | jax.Array | None = None,
-                 seq_ids: jax.Array | None = None) -> GenerateOutput:
+                 seq_ids: jax.Array | None = None, images=None) -> GenerateOutput:
         """The `Sampler` call: `generate` with k = draft_k (the controller's when "auto")."""
+        refuse_images(images, "SpeculativeSampler")
         return self.generate(params, prompt, prompt_mask, rng, temperature=temperature,
                              top_p=top_p, seq_ids=seq_ids)[0]
 

@@ -166,6 +166,61 @@ def test_rope_matches_numpy_and_is_relative():
     assert abs(dot(10, 7) - dot(10, 6)) > 1e-3
 
 
+def test_mrope_with_equal_axes_is_1d_rope_exactly():
+    """Text tokens (t = h = w) under M-RoPE (`LMConfig.mrope_section`) get bit-identical rotary
+    tables and logits to 1-D RoPE, whether their positions are given [B, T] or [B, T, 3]."""
+    cfg = CONFIGS["gqa_untied_bias"]
+    hd = cfg.resolved_head_dim  # 8: four frequencies
+    positions = jnp.asarray(np.random.default_rng(0).integers(0, 60, (3, 7)), jnp.int32)
+    both = jnp.repeat(positions[..., None], 3, axis=-1)  # [B, T, 3], t = h = w
+    want = rope_cos_sin(positions, hd, cfg.rope_theta)
+    tables = jax.jit(rope_cos_sin, static_argnums=(1, 2, 3))
+    for section in ((1, 1, 2), (2, 1, 1)):
+        for got in (rope_cos_sin(both, hd, cfg.rope_theta, section),
+                    tables(both, hd, cfg.rope_theta, section)):
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+    mrope = dataclasses.replace(cfg, mrope_section=(1, 1, 2))
+    tokens = jnp.asarray(np.random.default_rng(1).integers(2, 64, (3, 7)), jnp.int32)
+    ref, _ = _apply(cfg)(_params(cfg), tokens, positions)
+    for pos in (positions, both):
+        got, _ = _apply(mrope)(_params(cfg), tokens, pos)
+        np.testing.assert_array_equal(got, ref)
+    with pytest.raises(ValueError, match="need LMConfig.mrope_section"):
+        CausalLM(cfg).apply(_params(cfg), tokens, both)
+    with pytest.raises(ValueError, match=r"mrope_section=\[1, 1, 1\] must be 3 parts .* = 4"):
+        dataclasses.replace(cfg, mrope_section=(1, 1, 1))
+
+
+def test_mrope_rotates_each_frequency_by_its_sections_axis():
+    """Frequency i of M-RoPE turns by the axis (time, row, col) whose part of mrope_section
+    holds i (HF `Qwen2VLRotaryEmbedding`), a loop over i."""
+    hd, theta, section = 16, 100.0, (2, 3, 3)
+    pos = np.array([[[5, 11, 17]]])
+    cos, sin = rope_cos_sin(jnp.asarray(pos), hd, theta, section)
+    axis = [0, 0, 1, 1, 1, 2, 2, 2]
+    angles = np.array([pos[0, 0, axis[i]] * theta ** (-2 * i / hd) for i in range(hd // 2)] * 2)
+    np.testing.assert_allclose(cos[0, 0], np.cos(angles), atol=1e-6)
+    np.testing.assert_allclose(sin[0, 0], np.sin(angles), atol=1e-6)
+
+
+def test_input_embeds_replace_the_token_embedding_where_masked():
+    cfg = CONFIGS["gqa_untied_bias"]
+    model, params = CausalLM(cfg), _params(cfg)
+    tokens = jnp.asarray(np.random.default_rng(2).integers(2, 64, (2, 6)), jnp.int32)
+    table = params["params"]["embed"]["embedding"]
+    ref, _ = model.apply(params, tokens)
+    none = jnp.zeros(tokens.shape, bool)
+    got, _ = model.apply(params, tokens, input_embeds=jnp.ones((2, 6, 32)), embeds_mask=none)
+    np.testing.assert_array_equal(got, ref)
+    # token 7's embedding fed at (0, 2) and (1, 4) is token 7 there
+    swapped = tokens.at[0, 2].set(7).at[1, 4].set(7)
+    mask = none.at[0, 2].set(True).at[1, 4].set(True)
+    got, _ = model.apply(params, tokens, input_embeds=jnp.broadcast_to(table[7], (2, 6, 32)),
+                         embeds_mask=mask)
+    np.testing.assert_allclose(got, model.apply(params, swapped)[0], atol=1e-6)
+
+
 def test_rms_norm_matches_numpy():
     x = np.asarray(jax.random.normal(jax.random.key(0), (3, 7)), np.float32) * 3.0
     scale = np.linspace(0.5, 2.0, 7).astype(np.float32)
