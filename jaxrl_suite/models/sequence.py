@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from jaxrl_suite.losses.chunked import chunked_token_map
 from jaxrl_suite.models.lm import CausalLM, output_projection
+from jaxrl_suite.models.vlm import VisionInputs
 
 
 class SeqBatch(NamedTuple):
@@ -31,6 +32,9 @@ class SeqBatch(NamedTuple):
     # episode (algorithms/agent.py) attends to its tool outputs but zeroes them here, so they
     # carry no policy-gradient, KL or SFT term.
     loss_mask: jax.Array | None = None
+    # A vision-language policy's prompt images (`models.vlm.VisionInputs` of the prompts: per-row
+    # patches, their M-RoPE positions and decode offset; None = text only).
+    images: VisionInputs | None = None
 
     @property
     def train_mask(self) -> jax.Array:
@@ -38,31 +42,39 @@ class SeqBatch(NamedTuple):
         return self.completion_mask if self.loss_mask is None else self.loss_mask
 
 
-
-def _full_sequence(seq: SeqBatch, drop_last: bool):
-    """(tokens, key_mask, positions) of prompt + completion [B, P+N] (without the last token when
-    `drop_last`: it predicts nothing)."""
+def _apply(model: CausalLM, params, seq: SeqBatch, *, drop_last: bool, **kwargs):
+    """`model.apply` over prompt + completion [B, P+N] (without the last token when `drop_last`:
+    it predicts nothing). Text positions are cumsum(key_mask) - 1; with images, the prompt's
+    M-RoPE positions, then the completion's text positions + rope_delta on every axis (where the
+    sampler decoded them), and only the prompt's image tokens read image embeddings."""
     tokens = jnp.concatenate([seq.prompt, seq.completion], axis=1)
     key_mask = jnp.concatenate([seq.prompt_mask, seq.completion_mask > 0], axis=1)
     if drop_last:
         tokens, key_mask = tokens[:, :-1], key_mask[:, :-1]
     positions = jnp.maximum(jnp.cumsum(key_mask, axis=1) - 1, 0)
-    return tokens, key_mask, positions
+    if seq.images is None:
+        return model.apply(params, tokens, positions=positions, key_mask=key_mask, **kwargs)
+    im, p = seq.images, seq.prompt.shape[1]
+    after = positions[:, p:] + im.rope_delta[:, None]  # [B, T - P]
+    positions = jnp.concatenate([im.positions, jnp.repeat(after[..., None], 3, axis=-1)], 1)
+    in_prompt = jnp.arange(tokens.shape[1]) < p
+    image_mask = (tokens == model.config.image_token_id) & in_prompt
+    return model.apply(params, tokens, positions=positions, key_mask=key_mask,
+                       patches=im.patches, patch_positions=im.patch_positions,
+                       image_mask=image_mask, **kwargs)
 
 
 def completion_logits(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Logits that predict each completion token: [B, N, V]."""
-    tokens, key_mask, positions = _full_sequence(seq, drop_last=True)  # [B, P+N-1]
-    logits, _ = model.apply(params, tokens, positions=positions, key_mask=key_mask)
+    logits, _ = _apply(model, params, seq, drop_last=True)  # [B, P+N-1, V]
     return logits[:, seq.prompt.shape[1] - 1 :]  # [B, N, V]
 
 
 def completion_hidden(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Final-normed hidden states that predict each completion token, [B, N, D], without the
     [B, N, V] logits (project them chunk by chunk: `completion_token_map`)."""
-    tokens, key_mask, positions = _full_sequence(seq, drop_last=True)  # [B, P+N-1]
-    _, _, h = model.apply(params, tokens, positions=positions, key_mask=key_mask,
-                          return_hidden=True, return_logits=False)
+    _, _, h = _apply(model, params, seq, drop_last=True, return_hidden=True,
+                     return_logits=False)
     return h[:, seq.prompt.shape[1] - 1 :]  # [B, N, D]
 
 
@@ -79,9 +91,7 @@ def completion_token_map(fn, model: CausalLM, params, seq: SeqBatch, *, chunk: i
 
 def completion_embeddings(model: CausalLM, params, seq: SeqBatch) -> jax.Array:
     """Mean over each completion's tokens of the model's final-normed hidden states: [B, D]."""
-    tokens, key_mask, positions = _full_sequence(seq, drop_last=False)  # [B, P+N]
-    _, _, h = model.apply(params, tokens, positions=positions, key_mask=key_mask,
-                          return_hidden=True)
+    _, _, h = _apply(model, params, seq, drop_last=False, return_hidden=True)  # [B, P+N, D]
     h = h[:, seq.prompt.shape[1]:].astype(jnp.float32)  # [B, N, D], the completion tokens
     m = seq.completion_mask.astype(jnp.float32)[..., None]
     return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)

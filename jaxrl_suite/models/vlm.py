@@ -3,10 +3,10 @@
 Qwen2-VL (arXiv:2409.12191; HF `Qwen2VLForConditionalGeneration`). The prompt holds, for each
 image, vision_start, then n = t h w / m^2 image tokens, then vision_end (Qwen2-VL's chat template;
 `expand_image_tokens` turns one placeholder per image into its n tokens). The tower's outputs
-replace the image tokens' embeddings, in order (images row by row, as HF's `masked_scatter`):
+replace the image tokens' embeddings, in order (as HF's `masked_scatter`, row by row):
 
-    h_0[b, i] = tower(images)[k]   for the k-th image token of the batch (row-major)
-    h_0[b, i] = embed[tokens[b, i]]                otherwise
+    h_0[b, i] = tower(images of row b)[k]   for the k-th image token of row b
+    h_0[b, i] = embed[tokens[b, i]]         otherwise
 
 and the causal LM runs with M-RoPE (`LMConfig.mrope_section`) over positions (time, row, col)
 [B, T, 3] from `mrope_positions`, a port of HF's `get_rope_index` for images: text tokens count
@@ -82,12 +82,16 @@ class VisionLM(CausalLM):
     embeddings; see the module docstring.
 
     `__call__(tokens, positions, key_mask, cache, cache_index, return_hidden, return_logits,
-    patches=None, patch_positions=None)`: as `CausalLM.__call__` (positions [B, T, 3] M-RoPE or
-    [B, T] text), plus the images of the call: patches [N, P, C*T*p*p] and patch_positions
-    [N, P, 2] (`vision_inputs`), one image per row of patches, in the order of the image-token
-    runs of `tokens` (row-major); the batch holds exactly N * P / m^2 image tokens (checked on
-    the host by `mrope_positions`). Without patches it is the causal LM on tokens alone (a
-    decode step). `init` without patches still creates the tower's parameters.
+    patches=None, patch_positions=None, image_mask=None)`: as `CausalLM.__call__` (positions
+    [B, T, 3] M-RoPE or [B, T] text), plus the images of the call, per row: patches
+    [B, M, P, C*T*p*p] and patch_positions [B, M, P, 2] (`vision_inputs`): row b's k-th run of
+    image tokens takes the tower's tokens of its image slot k (slots it does not use are
+    padding and are ignored), so every array has a leading row axis and shards with the batch.
+    image_mask [B, T] bool: the tokens that read image embeddings (default: every
+    `image_token_id`; the sequence views of prompt + completion pass the prompt's, so a sampled
+    image id stays text, as it was when it was sampled). Without patches it is the causal LM on
+    tokens alone (a decode step). `init`
+    without patches still creates the tower's parameters.
     """
 
     config: VLMConfig
@@ -95,7 +99,8 @@ class VisionLM(CausalLM):
     @nn.compact
     def __call__(self, tokens, positions=None, key_mask=None, cache: KVCache | None = None,
                  cache_index=None, return_hidden: bool = False, return_logits: bool = True,
-                 patches: jax.Array | None = None, patch_positions: jax.Array | None = None):
+                 patches: jax.Array | None = None, patch_positions: jax.Array | None = None,
+                 image_mask: jax.Array | None = None):
         cfg = self.config
         vis = cfg.vision
         tower = VisionTower(vis, cfg.compute_dtype, cfg.param_jnp_dtype, name="visual")
@@ -106,11 +111,15 @@ class VisionLM(CausalLM):
                 tower(jnp.zeros((1, vis.merge_tokens, vis.patch_dim)),
                       jnp.zeros((vis.merge_tokens, 2), jnp.int32))
             return lm()
-        image = tower(patches, patch_positions)  # [N, P / m^2, D]
-        flat = image.reshape(-1, cfg.d_model)  # [N * P / m^2, D] in placeholder order
-        is_image = tokens == cfg.image_token_id  # [B, T]
-        k = jnp.cumsum(is_image.reshape(-1), dtype=jnp.int32).reshape(tokens.shape) - 1
-        embeds = jnp.take(flat, jnp.clip(k, 0, flat.shape[0] - 1), axis=0)  # [B, T, D]
+        b, m, p, d = patches.shape  # [B, M, P, C*T*p*p]: each row's image slots
+        if b != tokens.shape[0]:
+            raise ValueError(f"VisionLM: patches for {b} rows, tokens have {tokens.shape[0]}")
+        image = tower(patches.reshape(b * m, p, d), patch_positions.reshape(b * m, p, 2))
+        image = image.reshape(b, -1, cfg.d_model)  # [B, M * P / m^2, D]: the row's image tokens
+        is_image = tokens == cfg.image_token_id if image_mask is None else image_mask  # [B, T]
+        k = jnp.cumsum(is_image, axis=1, dtype=jnp.int32) - 1  # the row's k-th image token
+        embeds = jnp.take_along_axis(image, jnp.clip(k, 0, image.shape[1] - 1)[..., None],
+                                     axis=1)  # [B, T, D]
         return lm(input_embeds=embeds, embeds_mask=is_image)
 
 
@@ -194,33 +203,56 @@ def mrope_positions(tokens, grids, config: VLMConfig, mask=None) -> tuple[np.nda
 
 
 class VisionInputs(NamedTuple):
-    """The images of a batch of prompts, as the jitted model takes them (`vision_inputs`)."""
+    """The images of a batch of prompts, as the jitted model takes them (`vision_inputs`); every
+    leaf has a leading row axis, so the batch shards and repeats (a GRPO group) as one pytree."""
 
-    patches: np.ndarray  # [N, P, C*T*p*p] float32, one image per row (`patchify`)
-    patch_positions: np.ndarray  # [N, P, 2] int32 (row, col), merge-window order
+    patches: np.ndarray  # [B, M, P, C*T*p*p] float32: row b's image slots (`patchify`; unused 0)
+    patch_positions: np.ndarray  # [B, M, P, 2] int32 (row, col), merge-window order
     positions: np.ndarray  # [B, T, 3] int32 M-RoPE positions of the tokens (`mrope_positions`)
     rope_delta: np.ndarray  # [B] int32: decode position = T_real + j + rope_delta
 
 
-def vision_inputs(images, tokens, mask, config: VLMConfig) -> VisionInputs:
-    """Prepare the images of left-padded tokens [B, T] (mask [B, T]) on the host.
+def _image_runs(tokens: np.ndarray, mask: np.ndarray, config: VLMConfig) -> np.ndarray:
+    """[B]: the number of maximal runs of image tokens among each row's real tokens."""
+    is_image = (tokens == config.image_token_id) & mask
+    starts = is_image & ~np.pad(is_image, ((0, 0), (1, 0)))[:, :-1]
+    return starts.sum(axis=1)
+
+
+def vision_inputs(images, tokens, mask, config: VLMConfig, *,
+                  max_images: int | None = None) -> VisionInputs:
+    """Prepare the images of left-padded tokens [B, T] (mask [B, T]; None = all real) on the
+    host, in the per-row layout `VisionLM` takes.
 
     images: uint8 / float [N, H, W, C] or a list per row (an array [H, W, C] or [n, H, W, C],
     or a list of them; `patchify`), in the order of the image-token runs of `tokens`, row by
-    row. All images of one call have one size (the tower batches them; resize on the host
+    row. Row b's images fill its slots 0, 1, ... of M = max_images (default: the most any row
+    holds); the other slots are zeros that no token reads, so a fixed M gives every batch one
+    shape. All images of one call have one size (the tower batches them; resize on the host
     first). The same function serves a prompt and a whole [prompt | completion] sequence: text
     after the prompt continues at T_real + j + rope_delta either way (as long as the completion
     holds no `image_token_id`, which would read as an image run).
     """
+    tokens = np.asarray(tokens)
+    mask = np.ones(tokens.shape, bool) if mask is None else np.asarray(mask).astype(bool)
     flat, grids = patchify(images, config.vision)
     if len({tuple(g) for g in grids.tolist()}) > 1:
         sizes = sorted({f"{h * config.vision.patch_size}x{w * config.vision.patch_size}"
                         for _, h, w in grids.tolist()})
         raise ValueError(f"images of one call must share one size, got {', '.join(sizes)}")
-    n = len(grids)
-    positions, delta = mrope_positions(tokens, grids, config, mask)
-    return VisionInputs(flat.reshape(n, -1, config.vision.patch_dim),
-                        patch_positions(grids, config.vision).reshape(n, -1, 2),
+    positions, delta = mrope_positions(tokens, grids, config, mask)  # checks the counts
+    counts = _image_runs(tokens, mask, config)
+    m = int(counts.max(initial=0)) if max_images is None else max_images
+    if counts.max(initial=0) > m:
+        raise ValueError(f"vision_inputs: a row holds {counts.max()} images, max_images={m}")
+    n, b = len(grids), len(tokens)
+    per_image = flat.reshape(n, -1, config.vision.patch_dim)
+    patches = np.zeros((b, max(m, 1), *per_image.shape[1:]), np.float32)
+    slot_rows = np.repeat(np.arange(b), counts)  # the row of each image, in order
+    slot = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    patches[slot_rows, slot] = per_image
+    pos = patch_positions(grids[:1], config.vision)  # one size: every image's positions
+    return VisionInputs(patches, np.broadcast_to(pos, (*patches.shape[:3], 2)).copy(),
                         positions, delta)
 
 

@@ -246,7 +246,8 @@ class KVCacheSampler:
         prompt_mask [B, P] is 1/True on real tokens; RoPE positions are cumsum(mask) - 1 per
         row. seq_ids [B] int32 number the sequences for their keys (default arange(B)).
         images (a `VisionLM` only): the prompts' images, [N, H, W, C] or a list per row, in
-        the order of their image-token runs (`models.vlm.vision_inputs`).
+        the order of their image-token runs, or their `VisionInputs` prepared (and placed on
+        the mesh) by the caller (`models.vlm.vision_inputs`).
         Returns a `GenerateOutput` of [B, N] tokens/logprobs/mask and [B] lengths.
         """
         check_sampling(self.temperature if temperature is None else temperature,
@@ -256,8 +257,8 @@ class KVCacheSampler:
             if not isinstance(self.model, VisionLM):
                 raise ValueError(f"KVCacheSampler: images= needs a VisionLM, the model is "
                                  f"{type(self.model).__name__}")
-            vision = vision_inputs(images, np.asarray(prompt), np.asarray(prompt_mask),
-                                   self.model.config)
+            vision = images if isinstance(images, VisionInputs) else vision_inputs(
+                images, np.asarray(prompt), np.asarray(prompt_mask), self.model.config)
         return self._generate(params, prompt, prompt_mask, rng,
                               default_seq_ids(prompt, seq_ids),
                               self._settings[0] if temperature is None else f32_scalar(temperature),

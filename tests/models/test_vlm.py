@@ -105,7 +105,7 @@ def test_defaults_are_the_studies_sizes():
     prompt = expand_image_tokens([cfg.vision_start_id, cfg.image_token_id, cfg.vision_end_id],
                                  [[1, 8, 8]], cfg)
     vi = vision_inputs(images, np.asarray([prompt]), None, cfg)
-    assert vi.patches.shape == (1, 64, 96) and len(prompt) == 16 + 2  # 64 patches -> 16 tokens
+    assert vi.patches.shape == (1, 1, 64, 96) and len(prompt) == 16 + 2  # 64 patches -> 16
 
 
 @functools.cache
@@ -197,3 +197,35 @@ def test_images_need_a_vision_lm_and_the_static_engine():
         with pytest.raises(ValueError, match=f"^{name} does not take images= yet") as e:
             engine(text_params, prompt, mask, jax.random.key(0), images=images)
         assert "\n" not in str(e.value)
+
+
+def test_completion_views_read_the_prompt_images_and_continue_at_the_offset():
+    """`SeqBatch(images=)`: completion_logits of [prompt | sampled completion] give the static
+    engine's sampled log-probs (image prefill, decode at T_real + j + rope_delta); and an image
+    id inside a completion is text, as it was when sampled: its embedding row moves the logits
+    after it, not before."""
+    from jaxrl_suite.models.sequence import SeqBatch, completion_logits
+
+    model, params = _model_and_params()
+    prompt, mask, images = _batch()
+    n = 5
+    sampler = KVCacheSampler(model, max_new_tokens=n, eos_id=-1, pad_id=0, temperature=1.0)
+    vi = vision_inputs([images[0], images[1:]], prompt, mask, SMALL)
+    out = sampler(params, jnp.asarray(prompt), jnp.asarray(mask), jax.random.key(7), images=vi)
+    seq = SeqBatch(jnp.asarray(prompt), jnp.asarray(mask), out.tokens,
+                   jnp.ones_like(out.logprobs), images=vi)
+    view = jax.jit(completion_logits, static_argnums=0)
+    logp = jax.nn.log_softmax(view(model, params, seq), axis=-1)
+    got = np.take_along_axis(np.asarray(logp), np.asarray(out.tokens)[..., None], -1)[..., 0]
+    np.testing.assert_allclose(got, out.logprobs, atol=1e-5)
+
+    completion = np.asarray(out.tokens).copy()
+    completion[:, 2] = IMG
+    seq = seq._replace(completion=jnp.asarray(completion))
+    emb = params["params"]["embed"]["embedding"]
+    moved = jax.tree.map(lambda x: x, params)
+    moved["params"]["embed"]["embedding"] = emb.at[IMG].add(1.0)
+    # (the tied output projection's column IMG moves everywhere: left out)
+    a, b = (np.delete(np.asarray(view(model, p_, seq)), IMG, -1) for p_ in (params, moved))
+    np.testing.assert_array_equal(a[:, :3], b[:, :3])  # prompt image tokens ignore the row
+    assert np.abs(a[:, 3:] - b[:, 3:]).max() > 1e-3  # the completion's image id reads it
