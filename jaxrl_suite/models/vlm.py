@@ -90,8 +90,7 @@ class VisionLM(CausalLM):
     image_mask [B, T] bool: the tokens that read image embeddings (default: every
     `image_token_id`; the sequence views of prompt + completion pass the prompt's, so a sampled
     image id stays text, as it was when it was sampled). Without patches it is the causal LM on
-    tokens alone (a decode step). `init`
-    without patches still creates the tower's parameters.
+    tokens alone (a decode step). `init` without patches still creates the tower's parameters.
     """
 
     config: VLMConfig
