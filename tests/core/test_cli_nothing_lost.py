@@ -6,6 +6,8 @@ import dataclasses
 import json
 import os
 import signal
+from collections.abc import Mapping
+from typing import ClassVar
 
 import flax
 import numpy as np
@@ -29,6 +31,7 @@ class _Run:
 
 @dataclasses.dataclass(frozen=True)
 class _Cfg:
+    MOVED: ClassVar[Mapping[str, str]] = {"every": "run.checkpoint_every"}  # a key that moved
     x: int = 0
     run: _Run = _Run()
     interrupt: str = ""  # "", "sigint" or "sigterm" at step `at` of 10
@@ -189,6 +192,18 @@ def test_resume_may_change_the_listed_fields_and_records_them(probe, capsys):
     assert record["changed"] == {"run.checkpoint_every": {"from": 5, "to": 7}}
     stored = json.loads((probe / "config.json").read_text())["config"]
     assert stored["run"]["checkpoint_every"] == 7 and _summary(probe)["resumed"] is True
+
+
+def test_a_moved_key_is_read_with_a_one_line_warning(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe), "--set", "every=7"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-suite: warning: config key 'every' is now "
+                          "'run.checkpoint_every' (the old key is still read)\n"), err
+    stored = json.loads((probe / "config.json").read_text())["config"]
+    assert stored["run"]["checkpoint_every"] == 7 and "every" not in stored
+    assert main(["run", NAME, "--out", str(probe), "--overwrite", "--set", "every=7",
+                 "--set", "run.checkpoint_every=7"]) == 2
+    assert "'every' and 'run.checkpoint_every' are both given" in capsys.readouterr().err
 
 
 def test_an_unwritable_out_is_one_line(probe_yaml, tmp_path, capsys):

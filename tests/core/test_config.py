@@ -1,9 +1,17 @@
 import dataclasses
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 import pytest
 
-from jaxrl_suite.core.config import ConfigError, from_dict, load_config, parse_override, to_dict
+from jaxrl_suite.core.config import (
+    ConfigError,
+    MovedKeyWarning,
+    from_dict,
+    load_config,
+    parse_override,
+    to_dict,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +98,44 @@ def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
     bad.write_text("a: 1\n b: 2\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml:2:3 is not valid YAML: mapping values"):
         read_yaml(bad)
+
+
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    """A section two of whose keys moved into its `inner` section (`MOVED`)."""
+
+    MOVED: ClassVar[Mapping[str, str]] = {"rate": "inner.lr", "n": "inner.steps"}
+    inner: Inner = Inner()
+    flag: bool = False
+
+
+def test_a_moved_key_is_read_at_its_new_place_with_a_warning():
+    data = {"rate": 0.5, "n": 3, "inner": {"name": "b"}, "flag": True}
+    with pytest.warns(MovedKeyWarning) as caught:  # a FutureWarning
+        old = from_dict(Renamed, data, prefix="sec.")
+    assert old == from_dict(Renamed, {"inner": {"lr": 0.5, "steps": 3, "name": "b"},
+                                      "flag": True}, prefix="sec.")
+    assert old == Renamed(inner=Inner(lr=0.5, steps=3, name="b"), flag=True)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2 and all("\n" not in m for m in messages)
+    assert "'sec.n' is now 'sec.inner.steps'" in messages[0]
+    assert "'sec.rate' is now 'sec.inner.lr'" in messages[1]
+    assert data == {"rate": 0.5, "n": 3, "inner": {"name": "b"}, "flag": True}  # not mutated
+    with pytest.warns(FutureWarning, match="'n' is now 'inner.steps'"):  # an override too
+        assert load_config(Renamed, None, ["n=4"]).inner.steps == 4
+
+
+def test_a_moved_key_and_its_new_key_both_given_is_an_error():
+    with pytest.raises(ConfigError) as e:
+        from_dict(Renamed, {"rate": 0.5, "inner": {"lr": 0.1}}, prefix="sec.")
+    msg = str(e.value)
+    assert "'sec.rate'" in msg and "'sec.inner.lr'" in msg and "both given" in msg
+    assert "\n" not in msg
+    with pytest.raises(ConfigError, match="'rate' .* and the section 'inner' are both given"):
+        from_dict(Renamed, {"rate": 0.5, "inner": Inner()})  # the section as a config object
+    with pytest.raises(ConfigError, match="unknown config key 'sec.inner.rate'"):
+        from_dict(Renamed, {"inner": {"rate": 0.5}}, prefix="sec.")  # only at the section's top
+    with pytest.raises(ConfigError, match="unknown config key 'sec.bogus'"), \
+            pytest.warns(FutureWarning):
+        from_dict(Renamed, {"rate": 0.5, "bogus": 1}, prefix="sec.")
+
