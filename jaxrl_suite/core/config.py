@@ -97,12 +97,13 @@ def _check_value(value: Any, tp: Any, name: str) -> None:
                 raise ConfigError(f"config field '{name}' must be {rule}, got {value!r}")
 
 
-def check_fields(cfg, section: str = "") -> None:
+def check_fields(cfg, section: str = "", *, of: type | None = None) -> None:
     """Enforce the declared Ranges (and finiteness) of `cfg`'s own fields, for a config built in
     Python rather than by the loader; call it first in `__post_init__`. Tuples are checked item
-    by item; nested dataclasses check themselves."""
-    hints = typing.get_type_hints(type(cfg), include_extras=True)
-    for f in dataclasses.fields(cfg):
+    by item; nested dataclasses check themselves. `of`: only the fields of this class (a base
+    of `cfg`'s, whose fields are the keys of `section`)."""
+    hints = typing.get_type_hints(of or type(cfg), include_extras=True)
+    for f in dataclasses.fields(of or cfg):
         tp, value = hints[f.name], getattr(cfg, f.name)
         name = f"{section}{f.name}"
         for arg in _union_args(tp):

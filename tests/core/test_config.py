@@ -139,3 +139,35 @@ def test_a_moved_key_and_its_new_key_both_given_is_an_error():
             pytest.warns(FutureWarning):
         from_dict(Renamed, {"rate": 0.5, "bogus": 1}, prefix="sec.")
 
+
+def test_grpo_reads_the_flat_keys_of_a_saved_run():
+    """GRPOConfig.MOVED: the keys the grpo section had before the rollout and memory sections
+    (issue 44), as a saved run's config.json holds them, give the same config."""
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
+    from jaxrl_suite.sampling.engines import EngineOptions
+
+    flat = {"steps": 3, "sampler": "speculative", "draft_k": 2, "drafter_layers": 2,
+            "drafter_d_model": 32, "drafter_lr": 0.01, "drafter_steps": 0,
+            "drafter_reward_tau": 0.5, "sampler_dtype": "bfloat16", "rollout_micro_batch": 8,
+            "logprob_micro_batch": 4, "train_micro_batch": 2, "logprob_chunk": 16}
+    nested = {"steps": 3,
+              "rollout": {"engine": "speculative", "draft_k": 2, "drafter_layers": 2,
+                          "drafter_d_model": 32, "drafter_lr": 0.01, "drafter_steps": 0,
+                          "drafter_reward_tau": 0.5, "dtype": "bfloat16"},
+              "memory": {"rollout_micro_batch": 8, "logprob_micro_batch": 4,
+                         "train_micro_batch": 2, "logprob_chunk": 16}}
+    with pytest.warns(FutureWarning) as caught:
+        old = from_dict(GRPOConfig, flat, prefix="grpo.")
+    assert len(caught) == len(flat) - 1  # every key but steps moved
+    assert old == from_dict(GRPOConfig, nested, prefix="grpo.") == GRPOConfig(
+        steps=3, rollout=EngineOptions(**nested["rollout"]),
+        memory=MemoryConfig(**nested["memory"]))
+    continuous = {"sampler": "continuous", "slots": 4, "refill": "rounds", "schedule": "lpt"}
+    with pytest.warns(FutureWarning) as caught:
+        cfg = from_dict(GRPOConfig, continuous, prefix="grpo.")
+    assert "config key 'grpo.sampler' is now 'grpo.rollout.engine'" in str(caught[0].message)
+    assert cfg.rollout == EngineOptions(engine="continuous", slots=4, refill="rounds",
+                                        schedule="lpt")
+    with pytest.raises(ConfigError, match="'grpo.slots' and 'grpo.rollout.slots' are both"):
+        from_dict(GRPOConfig, {"slots": 4, "rollout": {"engine": "continuous", "slots": 4}},
+                  prefix="grpo.")
