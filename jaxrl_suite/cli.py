@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
         if jax.process_index() == 0:
             print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
                   file=sys.stderr)
-    changed = resume_changes(out_dir, config) if args.resume else {}
+    changed = resume_changes(out_dir, config, config_cls=exp.config_cls) if args.resume else {}
     if jax.process_index() == 0:
         try:  # also the start-up check that --out is writable, before any compilation
             write_json(out_dir / "config.json", config)
