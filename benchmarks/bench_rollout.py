@@ -45,7 +45,7 @@ from jaxrl_suite.envs.text import make_task
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.sampling import ContinuousSampler, KVCacheSampler
-from jaxrl_suite.sampling.engines import make_engine
+from jaxrl_suite.sampling.engines import EngineOptions, make_engine
 
 ENGINES = {  # name: (refill, order); None = the static sampler
     "static": None,
@@ -154,7 +154,8 @@ def grpo_steps(model, params, sft, task, spec, cfg: GRPOConfig, *, steps: int):
                                   prompt_len=sft.prompt_len, sampler=sampler)
                 for name, c, sampler in (("static", cfg, None),
                                          ("speculative", dataclasses.replace(
-                                             cfg, sampler="speculative"), spec))}
+                                             cfg, rollout=EngineOptions(engine="speculative")),
+                                          spec))}
     states = {n: t.init_state(params, jax.random.key(3)) for n, t in trainers.items()}
     times = {n: [] for n in trainers}
     last = {}
@@ -237,7 +238,7 @@ def main(argv=None) -> dict:
     grpo_cfg = GRPOConfig(prompts_per_step=a.grpo_prompts, group_size=a.group_size,
                           max_new_tokens=a.new_tokens, lr=2e-4)
     spec = warm_drafter(model, params, sft, task, dataclasses.replace(
-        grpo_cfg, sampler="speculative", drafter_d_model=a.drafter_d_model),
+        grpo_cfg, rollout=EngineOptions(engine="speculative", drafter_d_model=a.drafter_d_model)),
         steps=a.drafter_steps)
     spec_rows = speculative_table(spec, params, sft, task, batches=a.spec_batches, ks=a.spec_ks,
                                   repeats=a.repeats)

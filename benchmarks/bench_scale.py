@@ -45,7 +45,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer  # noqa: E402
-from jaxrl_suite.algorithms.grpo_config import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
 from jaxrl_suite.core.parallel import data_sharding, make_mesh  # noqa: E402
 from jaxrl_suite.envs.text import make_task  # noqa: E402
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer  # noqa: E402
@@ -117,8 +117,8 @@ def build(model_name: str, option: str, mesh, rows: int, new: int):
     if rank:  # adapters on every projection; the base is frozen (no gradient, no Adam state)
         model = apply_lora(model, LoraConfig(rank=rank, alpha=2.0 * rank))
     grpo = GRPOConfig(prompts_per_step=rows // 8, group_size=8, max_new_tokens=new,
-                      train_micro_batch=0 if micro == 1 else rows // micro,
-                      logprob_chunk=chunk)
+                      memory=MemoryConfig(train_micro_batch=0 if micro == 1 else rows // micro,
+                                          logprob_chunk=chunk))
     trainer = GRPOTrainer(model, load_tokenizer(), make_task("arithmetic"), grpo, mesh=mesh,
                           prompt_len=8)
     return model, trainer

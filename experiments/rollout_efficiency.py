@@ -65,12 +65,12 @@ class EnginesConfig:
         check_variants(self.names, VARIANTS, "names")
 
 
-# variant -> its changes to the shared `grpo` section, from the `engines` section e
+# variant -> its changes to the shared `grpo.rollout` section, from the `engines` section e
 VARIANTS = {
     "static": lambda e: {},
-    "continuous": lambda e: {"sampler": "continuous", "slots": e.slots, "schedule": e.schedule},
-    "speculative": lambda e: {"sampler": "speculative", **_drafter(e)},
-    "speculative_frozen": lambda e: {"sampler": "speculative", **_drafter(e), "drafter_steps": 0},
+    "continuous": lambda e: {"engine": "continuous", "slots": e.slots, "schedule": e.schedule},
+    "speculative": lambda e: {"engine": "speculative", **_drafter(e)},
+    "speculative_frozen": lambda e: {"engine": "speculative", **_drafter(e), "drafter_steps": 0},
 }
 
 
@@ -85,18 +85,20 @@ class Config:
     task: kit.TaskConfig = kit.TaskConfig(name="count", max_count=12, prompt_len=16)
     model: kit.ModelConfig = kit.ModelConfig()
     sft: kit.SFTConfig = kit.SFTConfig()
-    grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=56)  # shared; sampler per variant
+    grpo: kit.GRPOConfig = kit.GRPOConfig(max_new_tokens=56)  # shared; engine per variant
     engines: EnginesConfig = EnginesConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=256)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2), keep_checkpoints=2)
 
     def __post_init__(self):
-        if self.grpo.sampler != "static":
-            raise ValueError("grpo.sampler is set per variant here; use the engines.* fields")
+        if self.grpo.rollout.engine != "static":
+            raise ValueError("grpo.rollout.engine is set per variant here; use the engines.* "
+                             "fields")
 
 
 def variant_config(cfg: Config, name: str) -> kit.GRPOConfig:
-    return dataclasses.replace(cfg.grpo, **VARIANTS[name](cfg.engines))
+    rollout = dataclasses.replace(cfg.grpo.rollout, **VARIANTS[name](cfg.engines))
+    return dataclasses.replace(cfg.grpo, rollout=rollout)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
@@ -113,9 +115,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
          for _ in range(cfg.grpo.group_size)])
     by_kind = {}  # compiler estimates of each engine's rollout program (once per engine kind)
     for t in trainers.values():
-        if t.config.sampler not in by_kind:
-            by_kind[t.config.sampler] = t.sampler.compiled_memory(sft_params, *prompts)["peak"]
-    memory = {v: by_kind[t.config.sampler] for v, t in trainers.items()}
+        if t.config.rollout.engine not in by_kind:
+            by_kind[t.config.rollout.engine] = t.sampler.compiled_memory(sft_params,
+                                                                         *prompts)["peak"]
+    memory = {v: by_kind[t.config.rollout.engine] for v, t in trainers.items()}
     # the start's held-out figures (the evaluation samplers are the study's, whatever the engine)
     sft_eval = study.cached(opts.out_dir / "sft_eval.json",
                             lambda: study.evaluate(trainers[study.variants[0]], sft_params))

@@ -636,7 +636,7 @@ class _Trainer:
             print0(f"jaxrl_suite: resume: nothing to resume in {self.out_dir}; starting afresh")
         resume_changes(self.out_dir, self._record, what="resume",
                        hint="resume with the same records, rewards and config, or pass another "
-                       "out_dir")
+                       "out_dir", config_cls=LMSections)
 
     def _wandb(self, wandb: bool | Mapping[str, Any] | None) -> WandbOptions | None:
         """W&B logging (as `jaxrl-suite run --wandb`): on with wandb=True, a dict of

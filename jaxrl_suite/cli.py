@@ -5,7 +5,8 @@
 [--label L...] [--smooth N]` and `list`.
 
 Bad input (an unknown experiment, config key or value, a missing checkpoint or metrics file)
-prints one line to stderr and exits with status 2, without a traceback.
+prints one line to stderr and exits with status 2, without a traceback. A config key given by
+its old name (a saved run's, say) is read with a one-line warning naming the new key.
 
 `--smoke` runs a tiny size that checks the plumbing (that everything runs, logs, checkpoints and
 resumes), not the method: it says in one line that its numbers are meaningless by design.
@@ -34,13 +35,14 @@ import shlex
 import signal
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
 import jax
 
 from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
-from jaxrl_suite.core.config import ConfigError, from_dict, load_config, to_dict
+from jaxrl_suite.core.config import ConfigError, MovedKeyWarning, from_dict, load_config, to_dict
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions, load_experiments
 from jaxrl_suite.core.metrics import WANDB_MODES, WandbOptions, wandb_options, write_json
 from jaxrl_suite.core.parallel import init_distributed
@@ -168,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
         if jax.process_index() == 0:
             print(f"jaxrl-suite: moved the earlier run to {move_aside(out_dir)}",
                   file=sys.stderr)
-    changed = resume_changes(out_dir, config) if args.resume else {}
+    changed = resume_changes(out_dir, config, config_cls=exp.config_cls) if args.resume else {}
     if jax.process_index() == 0:
         try:  # also the start-up check that --out is writable, before any compilation
             write_json(out_dir / "config.json", config)
@@ -293,6 +295,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def _one_line_warnings(show):
+    """`warnings.showwarning` that prints a moved config key's warning in one line, as the
+    errors are, and passes every other warning to `show`."""
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, MovedKeyWarning):
+            print(f"jaxrl-suite: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return show_warning
+
+
 def _multi_process() -> bool:
     return jax.distributed.is_initialized() and jax.process_count() > 1
 
@@ -329,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         # SIGTERM handled for single-process runs (a multi-process job keeps the default)
-        with stop_on_sigterm(enabled=not getattr(args, "distributed", False)):
+        with stop_on_sigterm(enabled=not getattr(args, "distributed", False)), \
+                warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
             status = _dispatch(args)
     except NonFiniteError as e:  # the metrics are global: every process stops at the same step
         print(f"jaxrl-suite: stopped: {e}", file=sys.stderr)

@@ -53,3 +53,17 @@ def killed_and_resumed(experiment: str, sets: list, tmp_path, runs, *, killed_at
     (killed / "summary.json").unlink()
     assert main([*cmd, "--resume", "--out", str(killed)]) == 0
     return straight, killed
+
+
+def flat_grpo_keys(config: dict) -> dict:
+    """A config's `to_dict` view with its `grpo` section in the flat form runs saved before
+    issue 44 hold (`grpo.sampler`, `grpo.slots`, ..., `grpo.logprob_chunk`: the old keys of
+    `GRPOConfig.MOVED` in place of the rollout and memory sections)."""
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
+
+    grpo = dict(config["grpo"])
+    sections = {name: grpo.pop(name) for name in ("rollout", "memory")}
+    for old, new in GRPOConfig.MOVED.items():
+        section, key = new.split(".")
+        grpo[old] = sections[section][key]
+    return {**config, "grpo": grpo}

@@ -35,7 +35,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "grpo": ("GRPOBatch", "GRPOTrainState", "GRPOTrainer", "UNSET_ANCHOR"),
     "grpo_config": (
-        "LR_SCHEDULES", "GRPOConfig", "check_scorer_config", "objective_hparams", "rollout_config"
+        "LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config", "objective_hparams",
+        "rollout_config"
     ),
     "iql": (
         "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"

@@ -189,7 +189,7 @@ class DiffusionStudy(LMStudy):
         order = order or d.order
         key = ("diffusion", greedy, temperature, top_p, order)
         if key not in self._samplers:
-            rc = RolloutConfig(sampler="diffusion", max_new_tokens=self.cfg.grpo.max_new_tokens,
+            rc = RolloutConfig(engine="diffusion", max_new_tokens=self.cfg.grpo.max_new_tokens,
                                temperature=temperature, top_p=top_p)
             self._samplers[key] = make_engine(self.lm.model, rc, self.lm.tokenizer,
                                               steps=d.steps, order=order,
@@ -242,8 +242,8 @@ class DiffusionStudy(LMStudy):
                      drafter_params=None) -> GRPOTrainer:
         """A GRPO trainer whose rollouts are diffusion decodes (at the config's temperature and
         top_p) and whose log-probs are `estimator`'s (default diffusion.estimator)."""
-        if drafter_params is not None or config.sampler != "static":
-            raise ConfigError("grpo.sampler must be 'static' for a diffusion LM")
+        if drafter_params is not None or config.rollout.engine != "static":
+            raise ConfigError("grpo.rollout.engine must be 'static' for a diffusion LM")
         rollout = self.sampler(temperature=config.temperature, top_p=config.top_p)
         return GRPOTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, config,
                            mesh=self.lm.mesh, prompt_len=prompt_len or self.cfg.task.prompt_len,

@@ -9,9 +9,9 @@ log-probs, the update) are jitted once for their fixed shapes; rewards are Pytho
 decoded text and run on the host between the jitted calls.
 
 GRPO step (DeepSeekMath, arXiv 2402.03300; docs/layout.md draws it):
-  1. G completions per prompt from the rollout engine (`grpo.sampler`, `sampling.engines`), which
-     also returns their log-probs; those are the old log-probs of the ratio (nothing is
-     recomputed for them);
+  1. G completions per prompt from the rollout engine (`grpo.rollout.engine`,
+     `sampling.engines`), which also returns their log-probs; those are the old log-probs of the
+     ratio (nothing is recomputed for them);
   2. rewards from the task's verifier, then advantages (`grpo.advantage`, `losses.ADVANTAGES`);
   3. reference log-probs from the frozen reference params (only when beta > 0);
   4. mu inner updates of GRPO's objective (`losses.objective.grpo_objective`: the policy loss
@@ -19,13 +19,14 @@ GRPO step (DeepSeekMath, arXiv 2402.03300; docs/layout.md draws it):
      log-probs, as one jitted `lax.scan`.
 The config and the typed parts built from it are `algorithms.grpo_config`.
 
-Memory (issue 17; all off by default): the rollout is sampled `grpo.rollout_micro_batch` rows
-per call, optionally in another compute dtype (`sampler_dtype`, e.g. a bf16 rollout of a
-float32 model, corrected by truncated importance sampling: `tis`, `losses.policy.tis_weight`,
-old log-probs then recomputed by the trainer); log-probs are recomputed `logprob_micro_batch`
-rows at a time; gradients are accumulated over `train_micro_batch`-row micro-batches
-(`core.train.make_train_step`); and `logprob_chunk` projects the hidden states to logits a few
-positions at a time (`losses.chunked`), so the [B, N, V] logits never exist.
+Memory (issue 17; the `grpo.memory` section, all off by default): the rollout is sampled
+`grpo.memory.rollout_micro_batch` rows per call, optionally in another compute dtype
+(`grpo.rollout.dtype`, e.g. a bf16 rollout of a float32 model, corrected by truncated importance
+sampling: `tis`, `losses.policy.tis_weight`, old log-probs then recomputed by the trainer);
+log-probs are recomputed `logprob_micro_batch` rows at a time; gradients are accumulated over
+`train_micro_batch`-row micro-batches (`core.train.make_train_step`); and `logprob_chunk`
+projects the hidden states to logits a few positions at a time (`losses.chunked`), so the
+[B, N, V] logits never exist.
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ from jaxrl_suite.algorithms.grpo_config import (
     rollout_config,
 )
 from jaxrl_suite.algorithms.sft import LMTrainer
-from jaxrl_suite.core.config import (
-    check_divides,
-)
 from jaxrl_suite.core.parallel import (
     batch_shards,
     gather_rows,
@@ -181,15 +179,15 @@ class GRPOTrainer(LMTrainer):
         )
         c = config
         rows = c.prompts_per_step * c.group_size
-        check_divides(c, "grpo", rows, "rollout_micro_batch", "logprob_micro_batch",
-                       "train_micro_batch", shards=batch_shards(mesh))
-        # The rollout's model: the same params, computed in grpo.sampler_dtype when it is set.
-        self.sampler_model = model if c.sampler_dtype in (None, model.config.dtype) else CausalLM(
-            dataclasses.replace(model.config, dtype=c.sampler_dtype))
+        c.memory.check_rows(rows, shards=batch_shards(mesh))
+        # The rollout's model: the same params, computed in grpo.rollout.dtype when it is set.
+        dtype = c.rollout.dtype
+        self.sampler_model = model if dtype in (None, model.config.dtype) else CausalLM(
+            dataclasses.replace(model.config, dtype=dtype))
         self.sampler = sampler or make_engine(self.sampler_model, rollout_config(c),
                                               tokenizer)
-        if c.sampler == "continuous" and c.slots % batch_shards(mesh):
-            raise ValueError(f"grpo.slots={c.slots} is not a multiple of the "
+        if c.rollout.engine == "continuous" and c.rollout.slots % batch_shards(mesh):
+            raise ValueError(f"grpo.rollout.slots={c.rollout.slots} is not a multiple of the "
                              f"{batch_shards(mesh)} batch shards of the mesh (data x fsdp)")
         regularizer = as_regularizer(REGULARIZERS.get(c.entropy_reg))
         top_p = "top_p_entropy" in regularizer.needs  # chunked: the top-p entropy per chunk
@@ -199,7 +197,7 @@ class GRPOTrainer(LMTrainer):
             return logits, token_logprobs(logits, seq.completion)
 
         def chunked(fn, params, seq: SeqBatch):
-            return completion_token_map(fn, model, params, seq, chunk=c.logprob_chunk,
+            return completion_token_map(fn, model, params, seq, chunk=c.memory.logprob_chunk,
                                         temperature=c.temperature)
 
         def token_stats(logits, targets):  # one block: log-probs, entropy (, top-p entropy)
@@ -209,12 +207,12 @@ class GRPOTrainer(LMTrainer):
         def seq_logp(params, seq: SeqBatch):  # [rows, N], no logits kept
             if scorer is not None:  # one estimate under a fixed mask seed
                 return scorer(params, seq, jax.random.key(0))
-            if c.logprob_chunk:
+            if c.memory.logprob_chunk:
                 return chunked(token_logprobs, params, seq)
             return logp_fn(params, seq)[1]
 
         def model_stats(params, seq: SeqBatch) -> TokenStats:  # the objective's statistics
-            if c.logprob_chunk:
+            if c.memory.logprob_chunk:
                 logp, ent, *h_p = chunked(token_stats, params, seq)
                 return TokenStats(logp, ent, top_p_entropy=h_p[0] if top_p else None)
             logits, logp = logp_fn(params, seq)
@@ -281,12 +279,12 @@ class GRPOTrainer(LMTrainer):
         self._update = jit_on_mesh(update, keep_placement=True,
                                    compiler_options=gradient_compiler_options())
         # Log-probs of the completions (reference; the trainer's old ones under TIS), no
-        # gradient, grpo.logprob_micro_batch rows at a time.
+        # gradient, grpo.memory.logprob_micro_batch rows at a time.
         self._logp = jit_on_mesh(lambda p, seq: map_rows(
-            functools.partial(seq_logp, p), seq, c.logprob_micro_batch))
+            functools.partial(seq_logp, p), seq, c.memory.logprob_micro_batch))
 
         def siren_entropy(p, seq: SeqBatch):
-            if c.logprob_chunk:
+            if c.memory.logprob_chunk:
                 _, ent, h_p = chunked(token_stats, p, seq)
                 return siren_from_entropies(h_p, ent, seq.train_mask,
                                             quantile=c.siren_quantile, anchor=0.0,
@@ -377,7 +375,7 @@ class GRPOTrainer(LMTrainer):
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         # global row = prompt index * G + sample index: the sequence's id for its keys
         out = sample_rollout(self.sampler, state.params, encoded, (prompt, prompt_mask), key,
-                             mesh=self.mesh, micro=c.rollout_micro_batch,
+                             mesh=self.mesh, micro=c.memory.rollout_micro_batch,
                              first_row=(rows.start or 0) * g)
         mask = host_local(out.mask)
         texts = self.tokenizer.decode_batch(host_local(out.tokens), mask)
@@ -527,7 +525,7 @@ class GRPOTrainer(LMTrainer):
 
     def completion_logprobs(self, params, seq: SeqBatch) -> jax.Array:
         """Log-probs [rows, N] of `seq`'s completion tokens under `params` at the sampling
-        temperature (no gradient; grpo.logprob_micro_batch rows at a time)."""
+        temperature (no gradient; grpo.memory.logprob_micro_batch rows at a time)."""
         return self._logp(params, seq)
 
     def group_advantages(self, rewards: np.ndarray) -> np.ndarray:

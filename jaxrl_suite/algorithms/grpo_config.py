@@ -1,14 +1,21 @@
 """GRPO's config (`grpo` section of an LM experiment's YAML) and the typed parts the trainer
 builds from it: `objective_hparams` (the loss fields, for `losses.objective.grpo_objective`) and
-`rollout_config` (the rollout engine and its options, for `sampling.engines.make_engine`). The
-keys stay flat (`grpo.sampler`, `grpo.logprob_chunk`, ...): one section for every GRPO knob,
-checked here with one-line errors naming the key. The trainer is `algorithms.grpo`.
+`rollout_config` (the rollout engine and its options, for `sampling.engines.make_engine`).
+
+The loss, optimisation and sampling settings are `grpo.` keys; the rollout engine and its
+options are the `grpo.rollout` section (`sampling.engines.EngineOptions`: `grpo.rollout.engine`,
+`grpo.rollout.slots`, ...) and the memory knobs the `grpo.memory` section (`MemoryConfig`:
+`grpo.memory.logprob_chunk`, ...), each checked with one-line errors naming the key. The keys
+these had when they were flat (`grpo.sampler`, `grpo.logprob_chunk`, ...) are still read, with a
+FutureWarning (`GRPOConfig.MOVED`, `core.config.from_dict`). The trainer is `algorithms.grpo`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+import functools
+from collections.abc import Mapping
+from typing import Annotated, ClassVar, Literal
 
 from jaxrl_suite.core.config import (
     Count,
@@ -30,10 +37,43 @@ from jaxrl_suite.sampling.engines import EngineOptions, RolloutConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class GRPOConfig(EngineOptions):
-    """Every GRPO knob (the `grpo` section). The rollout engine's fields (`grpo.sampler`,
-    `grpo.slots`, `grpo.draft_k`, ...; issue 18) are `sampling.engines.EngineOptions`'s,
-    inherited; an option of one engine set on another is a config error."""
+class MemoryConfig:
+    """The memory knobs of a GRPO step (issue 17; the `grpo.memory` section), all off by
+    default. Row counts refer to the B*G rows of a rollout; each must divide them (0 = all rows
+    at once), and on a mesh be a multiple of its batch shards (data x fsdp)."""
+
+    rollout_micro_batch: NonNegativeInt = 0  # rows per sampler call (one program for all)
+    logprob_micro_batch: NonNegativeInt = 0  # rows per reference / TIS log-prob call
+    # Rows per gradient micro-batch (gradients accumulated, core.train.make_train_step): the
+    # same update for every loss_type, except that the batch quantiles (high_entropy_quantile,
+    # SIREN's peak-entropy quantile) and SIREN's squared penalty are taken per micro-batch.
+    train_micro_batch: NonNegativeInt = 0
+    logprob_chunk: NonNegativeInt = 0  # positions per output-projection chunk (0: full)
+
+    def __post_init__(self):
+        check_fields(self, "grpo.memory.")  # the Ranges declared above
+
+    def check_rows(self, rows: int, *, shards: int = 1) -> None:
+        """Each row count divides the `rows` of a rollout and is a multiple of the mesh's batch
+        `shards` (one-line errors naming the grpo.memory. key)."""
+        check_divides(self, "grpo.memory", rows, "rollout_micro_batch", "logprob_micro_batch",
+                      "train_micro_batch", shards=shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """Every GRPO knob (the `grpo` section): the rollout engine and its options in
+    `grpo.rollout` (`sampling.engines.EngineOptions`; issue 18), the memory knobs in
+    `grpo.memory` (`MemoryConfig`); an option of one engine set on another is a config error."""
+
+    # The keys of the flat section before issue 44, read at their new places with a warning.
+    MOVED: ClassVar[Mapping[str, str]] = {
+        "sampler": "rollout.engine", "sampler_dtype": "rollout.dtype",
+        **{name: f"rollout.{name}" for name in (
+            "slots", "refill", "schedule", "draft_k", "drafter_layers", "drafter_d_model",
+            "drafter_lr", "drafter_steps", "drafter_reward_tau")},
+        **{name: f"memory.{name}" for name in (
+            "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch", "logprob_chunk")}}
 
     steps: Count = 100  # GRPO iterations (one batch of prompts each)
     prompts_per_step: Count = 16  # B: distinct prompts per iteration
@@ -42,6 +82,8 @@ class GRPOConfig(EngineOptions):
     temperature: Positive = 1.0  # sampling temperature (log-probs taken at the same one)
     top_k: NonNegativeInt = 0  # sample from the k most likely tokens (0 = off)
     top_p: UnitInterval = 1.0  # nucleus sampling mass (1.0 = off)
+    rollout: EngineOptions = EngineOptions()  # the rollout engine and its options
+    memory: MemoryConfig = MemoryConfig()  # micro-batches and log-prob chunks
     lr: NonNegative = 1e-4  # peak AdamW learning rate
     warmup_steps: NonNegativeInt = 0  # linear warm-up steps from 0 to lr
     lr_schedule: Literal["constant", "cosine"] = "constant"  # after the warm-up: constant, or a
@@ -95,18 +137,6 @@ class GRPOConfig(EngineOptions):
     # High-entropy-only policy gradient ("80/20", TRL's top_entropy_quantile = 1 - this): keep the
     # pg term of the tokens at or above this entropy quantile of the batch; None = every token.
     high_entropy_quantile: Probability | None = None
-    # Memory (issue 17). Row counts refer to the B*G rows of a rollout; each must divide them
-    # (0 = all rows at once), and on a mesh be a multiple of its batch shards (data x fsdp).
-    rollout_micro_batch: NonNegativeInt = 0  # rows per sampler call (one program for all)
-    logprob_micro_batch: NonNegativeInt = 0  # rows per reference / TIS log-prob call
-    # Rows per gradient micro-batch (gradients accumulated, core.train.make_train_step): the
-    # same update for every loss_type, except that the batch quantiles (high_entropy_quantile,
-    # SIREN's peak-entropy quantile) and SIREN's squared penalty are taken per micro-batch.
-    train_micro_batch: NonNegativeInt = 0
-    logprob_chunk: NonNegativeInt = 0  # positions per output-projection chunk (0: full)
-    # Rollout compute dtype ("float32" | "bfloat16"; None = the model's): the sampler runs a copy
-    # of the model in this dtype on the same params, the update keeps the model's dtype.
-    sampler_dtype: str | None = None
     # Truncated importance sampling (Yao et al. 2025; verl's TIS): the old log-probs are
     # recomputed by the trainer's model and each token's pg term is weighted by
     # min(exp(logp_train_old - logp_sampler), tis_cap) (losses.policy.tis_weight).
@@ -124,20 +154,17 @@ class GRPOConfig(EngineOptions):
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"grpo.lr_schedule must be one of {list(LR_SCHEDULES)}, got "
                              f"{self.lr_schedule!r}")
-        check_divides(self, "grpo", self.prompts_per_step * self.group_size,
-                       "rollout_micro_batch", "logprob_micro_batch", "train_micro_batch")
-        if self.sampler_dtype not in (None, "float32", "bfloat16"):
-            raise ValueError(f"grpo.sampler_dtype must be null, 'float32' or 'bfloat16', got "
-                             f"{self.sampler_dtype!r}")
+        self.memory.check_rows(self.prompts_per_step * self.group_size)
         for name, registry in (("policy_loss", POLICY_LOSSES), ("advantage", ADVANTAGES),
                                ("entropy_reg", REGULARIZERS)):
             try:
                 registry.get(getattr(self, name))
             except UnknownNameError as e:
                 raise ValueError(f"{name}: {e}") from None
-        if self.logprob_chunk and as_regularizer(REGULARIZERS.get(self.entropy_reg)).needs_logits:
+        if self.memory.logprob_chunk and \
+                as_regularizer(REGULARIZERS.get(self.entropy_reg)).needs_logits:
             raise ValueError(f"grpo.entropy_reg={self.entropy_reg!r} needs the full logits: set "
-                             f"grpo.logprob_chunk=0 (chunked: "
+                             f"grpo.memory.logprob_chunk=0 (chunked: "
                              f"{', '.join(per_token_regularizers())})")
         rollout_config(self)  # one-line errors for the rollout engine's options
 
@@ -145,39 +172,45 @@ class GRPOConfig(EngineOptions):
 def objective_hparams(c: GRPOConfig) -> ObjectiveHParams:
     """The loss fields of `c` that `losses.objective.grpo_objective` takes (the policy loss, its
     clip range, KL weight and aggregation, the entropy regulariser, the high-entropy mask, TIS's
-    cap), and the gradient micro-batches of a rollout (`grpo.train_micro_batch`)."""
+    cap), and the gradient micro-batches of a rollout (`grpo.memory.train_micro_batch`)."""
     return ObjectiveHParams(
         policy_loss=c.policy_loss, clip_eps=c.clip_eps, clip_eps_high=c.clip_eps_high,
         beta=c.beta, loss_type=c.loss_type, entropy_reg=c.entropy_reg,
         entropy_coef=c.entropy_coef, siren_top_p=c.siren_top_p, siren_quantile=c.siren_quantile,
         high_entropy_quantile=c.high_entropy_quantile, tis_cap=c.tis_cap,
-        micro_batches=micro_batch_count(c.prompts_per_step * c.group_size, c.train_micro_batch))
+        micro_batches=micro_batch_count(c.prompts_per_step * c.group_size,
+                                        c.memory.train_micro_batch))
 
 
 def check_scorer_config(c: GRPOConfig, sampler) -> None:
     """The GRPO options that need the causal LM's exact log-probs or logits, refused with a
-    log-prob scorer (one-line errors naming the field)."""
+    log-prob scorer (one-line errors naming the key)."""
     if sampler is None:
         raise ValueError("a GRPOTrainer with a scorer needs its rollout sampler (sampler=), "
                          "e.g. a sampling.diffusion.DiffusionSampler")
-    for name, off in (("logprob_chunk", 0), ("entropy_reg", "none"),
-                      ("high_entropy_quantile", None), ("tis", False), ("sampler_dtype", None),
-                      ("train_micro_batch", 0), ("logprob_micro_batch", 0),
-                      ("rollout_micro_batch", 0), ("sampler", "static")):
-        if getattr(c, name) != off:
-            raise ValueError(f"grpo.{name}={getattr(c, name)!r} does not apply with a log-prob "
-                             f"scorer (a diffusion LM's): set it to {off!r}")
+    for key, off in (("memory.logprob_chunk", 0), ("entropy_reg", "none"),
+                     ("high_entropy_quantile", None), ("tis", False), ("rollout.dtype", None),
+                     ("memory.train_micro_batch", 0), ("memory.logprob_micro_batch", 0),
+                     ("memory.rollout_micro_batch", 0), ("rollout.engine", "static")):
+        value = functools.reduce(getattr, key.split("."), c)
+        if value != off:
+            raise ValueError(f"grpo.{key}={value!r} does not apply with a log-prob scorer (a "
+                             f"diffusion LM's): set it to {off!r}")
 
 
 LR_SCHEDULES = ("constant", "cosine")  # grpo.lr_schedule
 
 
 def rollout_config(c: GRPOConfig) -> RolloutConfig:
-    """The rollout engine's config (`sampling.engines`) from a GRPOConfig's grpo.sampler,
-    sampling settings and engine options; checks them (one-line errors naming the grpo. keys)."""
-    return RolloutConfig(**{f.name: getattr(c, f.name)
-                            for f in dataclasses.fields(RolloutConfig)})
+    """The rollout engine's config (`sampling.engines`) from a GRPOConfig's `grpo.rollout`
+    section, sampling settings and `grpo.memory.rollout_micro_batch`; checks them (one-line
+    errors naming those keys)."""
+    return RolloutConfig(**{f.name: getattr(c.rollout, f.name)
+                            for f in dataclasses.fields(EngineOptions)},
+                         max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                         top_k=c.top_k, top_p=c.top_p,
+                         rollout_micro_batch=c.memory.rollout_micro_batch)
 
 
-__all__ = ["LR_SCHEDULES", "GRPOConfig", "check_scorer_config", "objective_hparams",
-           "rollout_config"]
+__all__ = ["LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config",
+           "objective_hparams", "rollout_config"]

@@ -315,7 +315,7 @@ def check_memory(model, mesh, *, lora: bool = False) -> None:
             f"the {have / 2**30:,.1f} GiB of {where}; make it smaller (model.d_model, "
             f"model.n_layers), shard it (run.mesh.fsdp), train in bf16 (model.param_dtype), "
             f"train adapters only (model.lora_rank) or use micro-batches "
-            f"(grpo.train_micro_batch)")
+            f"(grpo.memory.train_micro_batch)")
 
 
 class LMStudy(Study):
@@ -410,8 +410,8 @@ class LMStudy(Study):
 
     def grpo_trainer(self, config: GRPOConfig, ref_params, task: Task | None = None, *,
                      drafter_params=None, prompt_len: int | None = None) -> GRPOTrainer:
-        """A GRPO trainer on the study's model. Its rollout engine is `grpo.sampler`: the study's
-        shared static sampler, or a continuous / speculative one of its own (the speculative
+        """A GRPO trainer on the study's model. Its rollout engine is `grpo.rollout.engine`: the
+        study's shared static sampler, or a continuous / speculative one of its own (the speculative
         drafter starting from `drafter_params`, e.g. `warm_drafter`'s). Prompts are left-padded
         to `prompt_len` tokens (default task.prompt_len; longer for partial-solution prompts)."""
         if config.max_new_tokens != self.cfg.grpo.max_new_tokens:

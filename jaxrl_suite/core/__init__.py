@@ -13,8 +13,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "save_tree", "verify_tree"
     ),
     "config": (
-        "ConfigError", "Count", "MISSING", "NonNegative", "NonNegativeInt", "Positive",
-        "Probability", "Range", "Seed", "UnitInterval", "check_divides", "check_fields",
+        "ConfigError", "Count", "MISSING", "MovedKeyWarning", "NonNegative", "NonNegativeInt",
+        "Positive", "Probability", "Range", "Seed", "UnitInterval", "check_divides", "check_fields",
         "config_changes",
         "from_dict", "load_config", "parse_override", "read_yaml", "to_dict"
     ),

@@ -9,6 +9,10 @@ that names the field (levanter / maxtext habit).
 
 A YAML file holds a mapping shaped like the dataclass. The reserved top-level key `smoke` holds a
 mapping of the same shape that is applied on top when `smoke=True` (the tiny size used by tests).
+
+A key that moved (say `grpo.sampler` to `grpo.rollout.engine`) is declared by its section's class
+in `MOVED` ({"sampler": "rollout.engine"}): the loader still reads the old key, at its new place,
+with a FutureWarning, so that saved runs keep loading.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 import math
 import types
 import typing
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union
@@ -30,6 +35,10 @@ SMOKE_KEY = "smoke"
 
 class ConfigError(ValueError):
     """A bad config: unknown key, wrong type or unreadable file. The message is one line."""
+
+
+class MovedKeyWarning(FutureWarning):
+    """A config key given by its old name (`MOVED`); the message is one line naming both."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +97,13 @@ def _check_value(value: Any, tp: Any, name: str) -> None:
                 raise ConfigError(f"config field '{name}' must be {rule}, got {value!r}")
 
 
-def check_fields(cfg, section: str = "") -> None:
+def check_fields(cfg, section: str = "", *, of: type | None = None) -> None:
     """Enforce the declared Ranges (and finiteness) of `cfg`'s own fields, for a config built in
     Python rather than by the loader; call it first in `__post_init__`. Tuples are checked item
-    by item; nested dataclasses check themselves."""
-    hints = typing.get_type_hints(type(cfg), include_extras=True)
-    for f in dataclasses.fields(cfg):
+    by item; nested dataclasses check themselves. `of`: only the fields of this class (a base
+    of `cfg`'s, whose fields are the keys of `section`)."""
+    hints = typing.get_type_hints(of or type(cfg), include_extras=True)
+    for f in dataclasses.fields(of or cfg):
         tp, value = hints[f.name], getattr(cfg, f.name)
         name = f"{section}{f.name}"
         for arg in _union_args(tp):
@@ -206,10 +216,46 @@ def _check_keys(cls, data: dict, prefix: str) -> None:
             )
 
 
+def _move_keys(cls, data: dict, prefix: str) -> dict:
+    """`data` with the old keys that `cls.MOVED` maps ({old key: new dotted key within the
+    section}) moved to their new places (a copy; nested sections merged into), one
+    `MovedKeyWarning` (a FutureWarning) per key moved; the old and the new key both given is a
+    ConfigError."""
+    moved: Mapping[str, str] = getattr(cls, "MOVED", {})
+    if not any(old in data for old in moved):
+        return data
+    out = dict(data)
+    for old, new in moved.items():
+        if old not in out:
+            continue
+        *path, leaf = new.split(".")
+        node = out
+        for i, part in enumerate(path):
+            sub = node.get(part, {})
+            if not isinstance(sub, dict):  # the section given whole (a config object, say)
+                section = ".".join(path[: i + 1])
+                raise ConfigError(f"config key '{prefix}{old}' (now '{prefix}{new}') and the "
+                                  f"section '{prefix}{section}' are both given; set it there")
+            node[part] = dict(sub)
+            node = node[part]
+        if leaf in node:
+            raise ConfigError(f"config keys '{prefix}{old}' and '{prefix}{new}' are both given: "
+                              f"'{prefix}{old}' is the old name of '{prefix}{new}'; keep only "
+                              f"'{prefix}{new}'")
+        node[leaf] = out.pop(old)
+        warnings.warn(f"config key '{prefix}{old}' is now '{prefix}{new}' (the old key is "
+                      f"still read)", MovedKeyWarning, stacklevel=2)
+    return out
+
+
 def from_dict(cls: type[C], data: dict, *, prefix: str = "") -> C:
-    """Build `cls` from a (nested) mapping, checking keys and types; missing keys keep defaults."""
+    """Build `cls` from a (nested) mapping, checking keys and types; missing keys keep defaults.
+    A key that `cls` declares moved (`MOVED: ClassVar[Mapping[str, str]]`, old key -> new
+    dotted key within the section, e.g. {"sampler": "rollout.engine"}) is read at its new place
+    with a FutureWarning (`_move_keys`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping")
+    data = _move_keys(cls, data, prefix)
     _check_keys(cls, data, prefix)
     types_ = _field_types(cls)
     kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}

@@ -10,9 +10,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
-from jaxrl_suite.core.config import ConfigError, config_changes
+from jaxrl_suite.core.config import (
+    ConfigError,
+    MovedKeyWarning,
+    config_changes,
+    from_dict,
+    to_dict,
+)
 
 # Fields that may differ from the stored config.json on a resume: where and how often to save,
 # how the devices are laid out, and logging; none of them changes what the run computes.
@@ -47,12 +54,14 @@ def move_aside(out_dir: Path) -> Path:
 
 
 def resume_changes(out_dir: Path, record: dict, *, what: str = "--resume",
-                   hint: str = "resume with the run's config, or start afresh with --overwrite"
-                   ) -> dict[str, tuple]:
+                   hint: str = "resume with the run's config, or start afresh with --overwrite",
+                   config_cls: type | None = None) -> dict[str, tuple]:
     """The fields of `record` (a run's config.json contents) that differ from the one stored in
     `out_dir`, as {"section.field": (old, new)}; all must be in RESUME_MAY_CHANGE, else one-line
     `ConfigError` (prefixed `what`, ending with `hint`) names the first few. {} without a
-    stored config."""
+    stored config. With `config_cls` (the class of record["config"]), the stored config is
+    compared as that class reads it today (`_stored_config`): a key that has moved since
+    (`MOVED`) is no change."""
     stored = out_dir / "config.json"
     if not stored.is_file():
         return {}
@@ -60,6 +69,8 @@ def resume_changes(out_dir: Path, record: dict, *, what: str = "--resume",
         old = json.loads(stored.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{what}: {stored} does not read ({e})") from None
+    if config_cls is not None:
+        old = {**old, "config": _stored_config(config_cls, old.get("config"))}
     changes = {k.removeprefix("config."): v for k, v in config_changes(old, record).items()}
     refused = {k: v for k, v in changes.items() if not k.startswith(RESUME_MAY_CHANGE)}
     if refused:
@@ -67,6 +78,20 @@ def resume_changes(out_dir: Path, record: dict, *, what: str = "--resume",
         more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
         raise ConfigError(f"{what}: the config differs from {stored} in {shown}{more}; {hint}")
     return changes
+
+
+def _stored_config(config_cls: type, stored):
+    """A stored config.json's "config" as `config_cls` reads it today (`to_dict(from_dict(...))`:
+    moved keys at their new places), or as stored if it no longer loads (the comparison then
+    names what differs)."""
+    if not isinstance(stored, dict):
+        return stored
+    try:
+        with warnings.catch_warnings():  # the stored run's moved keys are not the user's to fix
+            warnings.simplefilter("ignore", MovedKeyWarning)
+            return to_dict(from_dict(config_cls, stored))
+    except ConfigError:
+        return stored
 
 
 def log_resume_changes(out_dir: Path, changed: dict[str, tuple]) -> None:

@@ -1,7 +1,8 @@
 """The rollout engines behind one registry, chosen in one place (`make_engine`).
 
-A GRPO rollout is drawn by a `Sampler` (`sampling.base`); which one is a config choice,
-`RolloutConfig.sampler` (the `grpo.sampler` key), with the options only that engine takes:
+A GRPO rollout is drawn by a `Sampler` (`sampling.base`); which one is a config choice, the
+`grpo.rollout` section (`EngineOptions`): its `engine` (`grpo.rollout.engine`) and the options
+only that engine takes:
 
     "static"       KVCacheSampler: every row of the rollout decoded at once (kv_cache.py);
     "continuous"   ContinuousSampler: `slots` KV-cache rows; refill "continuous" (a finished
@@ -19,7 +20,9 @@ A GRPO rollout is drawn by a `Sampler` (`sampling.base`); which one is a config 
 All take the same per-sequence keys, so a rollout's completions do not depend on the engine's
 batching. `ENGINES` maps each name to its builder `(model, config, tokenizer, **options) ->
 Sampler`; a new engine is one function and a registry line (its options in `ENGINE_FIELDS`).
-`algorithms.grpo_config.rollout_config` builds the `RolloutConfig` of a `GRPOConfig`.
+`RolloutConfig` is what a builder reads: the section's options with the sampling settings
+(`grpo.max_new_tokens`, `grpo.temperature`, ...) and `grpo.memory.rollout_micro_batch`;
+`algorithms.grpo_config.rollout_config` builds it from a `GRPOConfig`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.core.config import ConfigError, Count, NonNegative, NonNegativeInt, Positive
+from jaxrl_suite.core.config import (
+    ConfigError,
+    Count,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    check_fields,
+)
 from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.models.diffusion_lm import DiffusionLM
@@ -45,7 +55,7 @@ from jaxrl_suite.sampling.schedule import ORDERS, REFILLS
 DRAFT_KS = (0, 1, 2, 4, 8)  # the draft lengths the speculative sampler chooses among
 
 ENGINES: Registry[Callable[..., Sampler]] = Registry("rollout engine")
-# The RolloutConfig fields that only one engine takes (set on another engine: a config error).
+# The EngineOptions fields that only one engine takes (set on another engine: a config error).
 ENGINE_FIELDS = {
     "continuous": ("slots", "refill", "schedule"),
     "speculative": ("draft_k", "drafter_layers", "drafter_d_model", "drafter_lr",
@@ -53,13 +63,17 @@ ENGINE_FIELDS = {
 }
 
 
+SECTION = "grpo.rollout."  # the YAML keys of EngineOptions' fields
+DTYPES = (None, "float32", "bfloat16")  # grpo.rollout.dtype
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:
-    """The rollout engine and the options only one engine takes: a config section of its own
-    that `GRPOConfig` inherits, so its keys stay `grpo.sampler`, `grpo.slots`, ... (the
-    engines in the module docstring)."""
+    """The rollout engine and the options only one engine takes: the `grpo.rollout` section
+    of `GRPOConfig` (the engines in the module docstring), checked here with one-line errors
+    naming its `grpo.rollout.` keys; an option of one engine set on another is an error."""
 
-    sampler: str = "static"  # the engine, a name in ENGINES
+    engine: str = "static"  # a name in ENGINES
     slots: NonNegativeInt = 0  # continuous: KV-cache rows
     refill: str = "continuous"  # continuous: "continuous" | "rounds"
     schedule: str = "sjf"  # continuous: queue order on predicted lengths
@@ -69,13 +83,44 @@ class EngineOptions:
     drafter_lr: NonNegative = 1e-3  # speculative: the drafter's distillation lr
     drafter_steps: NonNegativeInt = 1  # speculative: KD steps per rollout (0: frozen)
     drafter_reward_tau: Positive | None = None  # speculative: reward-weighted KD temperature
+    # Rollout compute dtype ("float32" | "bfloat16"; None = the model's): the sampler runs a copy
+    # of the model in this dtype on the same params, the update keeps the model's dtype.
+    dtype: str | None = None
+
+    def __post_init__(self):
+        check_fields(self, SECTION, of=EngineOptions)  # the Ranges declared above
+        if self.engine not in ENGINES:
+            raise ValueError(f"{SECTION}engine must be one of {list(ENGINES.names())}, got "
+                             f"{self.engine!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(EngineOptions)}
+        for engine, names in ENGINE_FIELDS.items():
+            for name in names:
+                if self.engine != engine and getattr(self, name) != defaults[name]:
+                    raise ValueError(f"{SECTION}{name} applies to {SECTION}engine={engine!r} "
+                                     f"only ({SECTION}engine is {self.engine!r})")
+        if self.engine == "continuous" and self.slots <= 0:
+            raise ValueError(f"{SECTION}engine='continuous' needs {SECTION}slots > 0 (KV-cache "
+                             f"rows), got {self.slots}")
+        if self.refill not in REFILLS:
+            raise ValueError(f"{SECTION}refill must be one of {list(REFILLS)}, got "
+                             f"{self.refill!r}")
+        if self.schedule not in ORDERS:
+            raise ValueError(f"{SECTION}schedule must be one of {list(ORDERS)}, got "
+                             f"{self.schedule!r}")
+        if self.draft_k is not None and self.draft_k not in DRAFT_KS:
+            raise ValueError(f"{SECTION}draft_k must be null (adaptive) or one of "
+                             f"{list(DRAFT_KS)}, got {self.draft_k}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{SECTION}dtype must be null, 'float32' or 'bfloat16', got "
+                             f"{self.dtype!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig(EngineOptions):
-    """A rollout engine, its options and the sampling settings; the names are the `grpo.`
-    config keys that set them (`algorithms.grpo_config.rollout_config`), and the one-line
-    errors name those keys."""
+    """What an engine's builder reads: the `grpo.rollout` options (inherited), the sampling
+    settings (`grpo.max_new_tokens`, `grpo.temperature`, `grpo.top_k`, `grpo.top_p`) and the
+    rows per call (`grpo.memory.rollout_micro_batch`); built by
+    `algorithms.grpo_config.rollout_config`, its one-line errors name those keys."""
 
     max_new_tokens: int = 24
     temperature: float = 1.0
@@ -84,30 +129,10 @@ class RolloutConfig(EngineOptions):
     rollout_micro_batch: int = 0  # rows per call of a batch engine (the trainer chunks)
 
     def __post_init__(self):
-        if self.sampler not in ENGINES:
-            raise ValueError(f"grpo.sampler must be one of {list(ENGINES.names())}, got "
-                             f"{self.sampler!r}")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for engine, names in ENGINE_FIELDS.items():
-            for name in names:
-                if self.sampler != engine and getattr(self, name) != defaults[name]:
-                    raise ValueError(f"grpo.{name} applies to grpo.sampler={engine!r} only "
-                                     f"(grpo.sampler is {self.sampler!r})")
-        if self.sampler == "continuous":
-            if self.slots <= 0:
-                raise ValueError(f"grpo.sampler='continuous' needs grpo.slots > 0 (KV-cache "
-                                 f"rows), got {self.slots}")
-            if self.rollout_micro_batch:
-                raise ValueError("grpo.rollout_micro_batch does not apply to "
-                                 "grpo.sampler='continuous': its grpo.slots bound the rows")
-        if self.refill not in REFILLS:
-            raise ValueError(f"grpo.refill must be one of {list(REFILLS)}, got {self.refill!r}")
-        if self.schedule not in ORDERS:
-            raise ValueError(f"grpo.schedule must be one of {list(ORDERS)}, got "
-                             f"{self.schedule!r}")
-        if self.draft_k is not None and self.draft_k not in DRAFT_KS:
-            raise ValueError(f"grpo.draft_k must be null (adaptive) or one of {list(DRAFT_KS)}, "
-                             f"got {self.draft_k}")
+        super().__post_init__()
+        if self.engine == "continuous" and self.rollout_micro_batch:
+            raise ValueError(f"grpo.memory.rollout_micro_batch does not apply to "
+                             f"{SECTION}engine='continuous': its {SECTION}slots bound the rows")
 
 
 def _settings(c: RolloutConfig, tokenizer) -> dict:
@@ -125,14 +150,15 @@ def static_engine(model: CausalLM, c: RolloutConfig, tokenizer, *, shared: Sampl
 
 @ENGINES.register("continuous")
 def continuous_engine(model: CausalLM, c: RolloutConfig, tokenizer, **_) -> Sampler:
-    """A `ContinuousSampler` over grpo.slots KV-cache rows."""
+    """A `ContinuousSampler` over grpo.rollout.slots KV-cache rows."""
     return ContinuousSampler(model, slots=c.slots, refill=c.refill, order=c.schedule,
                              **_settings(c, tokenizer))
 
 
 def drafter_config(model_config: LMConfig, c: RolloutConfig) -> LMConfig:
     """The speculative sampler's drafter: the policy's tokenizer and options, with
-    grpo.drafter_layers blocks of width grpo.drafter_d_model (heads of 32, d_ff = 4 x width)."""
+    grpo.rollout.drafter_layers blocks of width grpo.rollout.drafter_d_model (heads of 32,
+    d_ff = 4 x width)."""
     heads = max(1, c.drafter_d_model // 32)
     return dataclasses.replace(
         model_config, n_layers=c.drafter_layers, d_model=c.drafter_d_model, n_heads=heads,
@@ -160,9 +186,9 @@ def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *,
                    micro: int = 0, first_row: int = 0) -> GenerateOutput:
     """`sampler`'s completions of this process's prompt rows (`encoded`: their host arrays
     (ids, mask); `placed`: the same on the mesh), `micro` global rows per call
-    (grpo.rollout_micro_batch; 0: all at once; one compiled program), reassembled and placed
-    like the prompts. Row i is sequence first_row + i (this process's first global row), so its
-    key, and its completion, do not depend on the chunking."""
+    (grpo.memory.rollout_micro_batch; 0: all at once; one compiled program), reassembled and
+    placed like the prompts. Row i is sequence first_row + i (this process's first global
+    row), so its key, and its completion, do not depend on the chunking."""
     chunk = micro // jax.process_count()
     rows = len(encoded[0])
     ids = np.arange(first_row, first_row + rows, dtype=np.int32)
@@ -172,7 +198,7 @@ def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *,
         # the continuous one, returns them replicated)
         return GenerateOutput(*jax.device_put(tuple(out), data_sharding(mesh)))
     if rows % chunk:
-        raise ValueError(f"grpo.rollout_micro_batch={micro} does not divide the "
+        raise ValueError(f"grpo.memory.rollout_micro_batch={micro} does not divide the "
                          f"{rows * jax.process_count()} rows of a rollout")
     outs = []
     for start in range(0, rows, chunk):
@@ -191,8 +217,8 @@ def diffusion_engine(model, c: RolloutConfig, tokenizer, *, steps: int = 40,
     `steps` unmasking steps in `order`, semi-autoregressive blocks of `block_size` (0: one), at
     the config's temperature and top_p (a DiffusionStudy passes its `diffusion` section)."""
     if not isinstance(model, DiffusionLM):  # a config the user wrote: one line, no traceback
-        raise ConfigError(f"config field 'grpo.sampler': 'diffusion' needs a masked-diffusion "
-                          f"LM (diffucoder_coupled_grpo's), this model is a "
+        raise ConfigError(f"config field 'grpo.rollout.engine': 'diffusion' needs a "
+                          f"masked-diffusion LM (diffucoder_coupled_grpo's), this model is a "
                           f"{type(model).__name__}")
     if c.top_k:
         raise ConfigError("config field 'grpo.top_k' does not apply to a diffusion LM's "
@@ -204,13 +230,13 @@ def diffusion_engine(model, c: RolloutConfig, tokenizer, *, steps: int = 40,
 
 
 def make_engine(model: CausalLM, c: RolloutConfig, tokenizer, **options) -> Sampler:
-    """The rollout `Sampler` that `c.sampler` names (`ENGINES`), with the config's options.
+    """The rollout `Sampler` that `c.engine` names (`ENGINES`), with the config's options.
     `options` go to its builder where it takes them: `shared` (static), `drafter_params` and
     `rng` (speculative), `steps`, `order`, `block_size`, `greedy` (diffusion)."""
-    return ENGINES.get(c.sampler)(model, c, tokenizer, **options)
+    return ENGINES.get(c.engine)(model, c, tokenizer, **options)
 
 
-__all__ = ["DRAFT_KS", "ENGINES", "ENGINE_FIELDS", "EngineOptions", "RolloutConfig",
+__all__ = ["DRAFT_KS", "DTYPES", "ENGINES", "ENGINE_FIELDS", "EngineOptions", "RolloutConfig",
            "continuous_engine", "diffusion_engine", "drafter_config", "make_engine",
            "sample_rollout",
            "speculative_engine", "static_engine"]

@@ -183,12 +183,13 @@ MEMORY_SCRIPT = textwrap.dedent(
     import jax, numpy as np
     assert jax.device_count() == 8, jax.devices()
     from jaxrl_suite.algorithms.grpo import GRPOTrainer
-    from jaxrl_suite.algorithms.grpo_config import GRPOConfig
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
     from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
     from jaxrl_suite.core.parallel import make_mesh
     from jaxrl_suite.envs.text import make_task
     from jaxrl_suite.envs.text.tokenizer import load_tokenizer
     from jaxrl_suite.models import CausalLM, LMConfig
+    from jaxrl_suite.sampling.engines import EngineOptions
     from jaxrl_suite.models.lora import LoraConfig, apply_lora, init_lora, is_adapter
     from jaxrl_suite.models.sharding import path_str
 
@@ -200,9 +201,10 @@ MEMORY_SCRIPT = textwrap.dedent(
     lora = apply_lora(base, LoraConfig(rank=4, alpha=8.0))
     lora_params = init_lora(lora, params, jax.random.PRNGKey(5))
     tok, task = load_tokenizer(), make_task("arithmetic", digits=2)
-    grpo_cfg = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=22, beta=0.05,
-                          train_micro_batch=8, logprob_micro_batch=8, rollout_micro_batch=8,
+    memory = MemoryConfig(train_micro_batch=8, logprob_micro_batch=8, rollout_micro_batch=8,
                           logprob_chunk=8)
+    grpo_cfg = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=22, beta=0.05,
+                          memory=memory)
     sft_cfg = SFTConfig(batch_size=8, warmup_steps=1, train_micro_batch=4, logprob_chunk=8)
     advantages = np.random.default_rng(0).normal(size=16).astype(np.float32)
 
@@ -245,10 +247,11 @@ MEMORY_SCRIPT = textwrap.dedent(
     # cache) on mesh (2, 2, 2): the one-device static rollout's completions, rows split like them.
     import dataclasses
     seqs = []
-    for engine, mesh in (({}, make_mesh(1)),
-                         ({"sampler": "continuous", "slots": 8}, make_mesh(8, data=2, fsdp=2,
-                                                                         tensor=2))):
-        c = dataclasses.replace(grpo_cfg, rollout_micro_batch=0, **engine)
+    for engine, mesh in ((EngineOptions(), make_mesh(1)),
+                         (EngineOptions(engine="continuous", slots=8),
+                          make_mesh(8, data=2, fsdp=2, tensor=2))):
+        c = dataclasses.replace(grpo_cfg, rollout=engine, memory=dataclasses.replace(
+            memory, rollout_micro_batch=0))
         grpo = GRPOTrainer(base, tok, task, c, mesh=mesh, prompt_len=12, ref_params=params)
         seqs.append(grpo.rollout(grpo.init_state(params, jax.random.PRNGKey(2)),
                                  grpo.batch(0))[0])

@@ -1,10 +1,11 @@
 """Issue 17's trainer memory options give the update of the plain trainers.
 
 One tiny CausalLM (d_model 32, 1 layer), one rollout shape (4 prompts x 4 completions of 6
-tokens) shared by every trainer: gradient micro-batches (grpo.train_micro_batch), chunked
-log-probs (logprob_chunk 4: a full chunk and a remainder of 2), log-prob row micro-batches,
-TIS with a bf16 rollout sampler in chunks, and the SFT step likewise. AdamW's first step is
-about lr * sign(grad), so parameters are compared at a tolerance of a small share of lr.
+tokens) shared by every trainer: gradient micro-batches (grpo.memory.train_micro_batch),
+chunked log-probs (logprob_chunk 4: a full chunk and a remainder of 2), log-prob row
+micro-batches, TIS with a bf16 rollout sampler (grpo.rollout.dtype) in chunks, and the SFT step
+likewise. AdamW's first step is about lr * sign(grad), so parameters are compared at a
+tolerance of a small share of lr.
 """
 
 import dataclasses
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.algorithms.grpo import GRPOTrainer
-from jaxrl_suite.algorithms.grpo_config import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
 from jaxrl_suite.algorithms.sft import SFTConfig, SFTTrainer
 from jaxrl_suite.core.parallel import make_mesh
 from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.sampling.engines import EngineOptions
 
 LR = 1e-2
 BASE = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=6, lr=LR, beta=0.1,
@@ -64,7 +66,8 @@ def test_chunked_logprobs_and_micro_batches_give_the_plain_update(setup, plain):
     # naive entropy bonus and the token-mean metrics rescaled to the batch's token mean);
     # logprob_micro_batch: the reference log-probs 8 rows at a time.
     trainer, state, rollout, expected = plain
-    other, _ = make(setup, logprob_chunk=4, train_micro_batch=4, logprob_micro_batch=8)
+    other, _ = make(setup, memory=MemoryConfig(logprob_chunk=4, train_micro_batch=4,
+                                               logprob_micro_batch=8))
     seq = rollout[0]
     np.testing.assert_allclose(other._logp(trainer.ref_params, seq),
                                trainer._logp(trainer.ref_params, seq), rtol=1e-5, atol=1e-6)
@@ -75,7 +78,8 @@ def test_chunked_logprobs_and_micro_batches_give_the_plain_update(setup, plain):
 
 @pytest.fixture(scope="module")
 def tis(setup):
-    return make(setup, tis=True, sampler_dtype="bfloat16", rollout_micro_batch=8)
+    return make(setup, tis=True, rollout=EngineOptions(dtype="bfloat16"),
+                memory=MemoryConfig(rollout_micro_batch=8))
 
 
 def test_tis_with_an_equal_precision_sampler_is_the_plain_update(plain, tis):
@@ -123,14 +127,16 @@ def test_sft_step_with_chunks_and_micro_batches_is_the_plain_step(setup):
 
 
 def test_row_counts_must_divide_the_batch():
-    with pytest.raises(ValueError, match=r"grpo.train_micro_batch=6 does not divide the 16 rows"):
-        dataclasses.replace(BASE, train_micro_batch=6)
-    with pytest.raises(ValueError, match=r"grpo.rollout_micro_batch=3 does not divide the 16"):
-        dataclasses.replace(BASE, rollout_micro_batch=3)
+    with pytest.raises(ValueError,
+                       match=r"grpo.memory.train_micro_batch=6 does not divide the 16 rows"):
+        dataclasses.replace(BASE, memory=MemoryConfig(train_micro_batch=6))
+    with pytest.raises(ValueError,
+                       match=r"grpo.memory.rollout_micro_batch=3 does not divide the 16"):
+        dataclasses.replace(BASE, memory=MemoryConfig(rollout_micro_batch=3))
     with pytest.raises(ValueError, match=r"sft.train_micro_batch=3 does not divide the 8 rows"):
         SFTConfig(batch_size=8, train_micro_batch=3)
-    with pytest.raises(ValueError, match="grpo.sampler_dtype"):
-        dataclasses.replace(BASE, sampler_dtype="float16")
+    with pytest.raises(ValueError, match="grpo.rollout.dtype"):
+        dataclasses.replace(BASE, rollout=EngineOptions(dtype="float16"))
 
 
 def test_a_regulariser_that_needs_the_logits_cannot_be_chunked(monkeypatch):
@@ -140,15 +146,16 @@ def test_a_regulariser_that_needs_the_logits_cannot_be_chunked(monkeypatch):
     monkeypatch.setitem(REGULARIZERS._entries, "logit_reg", lambda logits, mask, **kw: (0.0, {}))
     dataclasses.replace(BASE, entropy_reg="logit_reg")  # fine on the full logits
     with pytest.raises(ValueError, match=r"grpo.entropy_reg='logit_reg' needs the full logits: "
-                                         r"set grpo.logprob_chunk=0"):
-        dataclasses.replace(BASE, entropy_reg="logit_reg", logprob_chunk=4)
+                                         r"set grpo.memory.logprob_chunk=0"):
+        dataclasses.replace(BASE, entropy_reg="logit_reg", memory=MemoryConfig(logprob_chunk=4))
     with pytest.raises(ValueError, match="'logit_reg' needs the full logits"):
         regularizer_from_entropies("logit_reg", None, None, None, coef=0.0, quantile=0.8,
                                    anchor=0.0)
 
 
-@pytest.mark.parametrize("changes", [dict(rollout_micro_batch=4),
-                                     dict(sampler="continuous", slots=4, schedule="lpt")])
+@pytest.mark.parametrize("changes", [
+    dict(memory=MemoryConfig(rollout_micro_batch=4)),
+    dict(rollout=EngineOptions(engine="continuous", slots=4, schedule="lpt"))])
 def test_rollout_chunks_and_engines_draw_the_same_completions(setup, plain, changes):
     # Each row's key is derived from its (prompt, sample) index: sampling the rollout in chunks
     # of 4 rows, or in 4 continuously refilled slots, gives the plain rollout's completions.
@@ -159,5 +166,5 @@ def test_rollout_chunks_and_engines_draw_the_same_completions(setup, plain, chan
     np.testing.assert_array_equal(got_seq.completion_mask, seq.completion_mask)
     np.testing.assert_allclose(got_logp, old_logp, atol=1e-5)
     _, stats = other.sampler_metrics(state, got_seq, np.zeros((4, 4), np.float32))
-    if "slots" in changes:
+    if "rollout" in changes:
         assert stats["rollout_slots"] == 4 and stats["rollout_decode_steps"] >= 5

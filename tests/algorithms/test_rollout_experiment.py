@@ -1,5 +1,5 @@
 """The rollout_efficiency experiment (issue 18) through the CLI at smoke size, and the
-grpo.sampler options."""
+grpo.rollout options."""
 
 import json
 import re
@@ -11,7 +11,7 @@ from lm_helpers import killed_and_resumed
 
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.cli import main
-from jaxrl_suite.core.config import load_config
+from jaxrl_suite.core.config import from_dict, load_config
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite_experiments.rollout_efficiency import VARIANTS, Config, variant_config
 
@@ -30,29 +30,36 @@ def test_variant_configs_differ_only_in_the_engine():
     cfg = load_config(Config, CONFIG)
     by_name = {v: variant_config(cfg, v) for v in VARIANTS}
     assert by_name["static"] == cfg.grpo
-    assert (by_name["continuous"].sampler, by_name["continuous"].slots) == (
+    assert (by_name["continuous"].rollout.engine, by_name["continuous"].rollout.slots) == (
         "continuous", cfg.engines.slots)
-    assert by_name["speculative"].drafter_steps == cfg.engines.drafter_steps > 0
-    assert by_name["speculative_frozen"].drafter_steps == 0
+    assert by_name["speculative"].rollout.drafter_steps == cfg.engines.drafter_steps > 0
+    assert by_name["speculative_frozen"].rollout.drafter_steps == 0
     for g in by_name.values():
+        assert g.memory == cfg.grpo.memory
         assert (g.lr, g.steps, g.group_size, g.max_new_tokens, g.temperature) == (
             cfg.grpo.lr, cfg.grpo.steps, cfg.grpo.group_size, cfg.grpo.max_new_tokens,
             cfg.grpo.temperature)
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(sampler="vllm"), "grpo.sampler must be one of"),
-    (dict(slots=8), "grpo.slots applies to grpo.sampler='continuous' only"),
-    (dict(sampler="continuous"), "needs grpo.slots > 0"),
-    (dict(sampler="continuous", slots=8, rollout_micro_batch=8), "rollout_micro_batch does not"),
-    (dict(sampler="continuous", slots=8, schedule="random"), "grpo.schedule must be one of"),
-    (dict(sampler="speculative", draft_k=3), "grpo.draft_k must be null"),
-    (dict(sampler="continuous", slots=8, draft_k=2), "grpo.draft_k applies to"),
-    (dict(drafter_steps=4), "grpo.drafter_steps applies to grpo.sampler='speculative'"),
+CONTINUOUS = {"engine": "continuous", "slots": 8}
+
+
+@pytest.mark.parametrize("section, error", [
+    ({"rollout": {"engine": "vllm"}}, "grpo.rollout.engine must be one of"),
+    ({"rollout": {"slots": 8}},
+     "grpo.rollout.slots applies to grpo.rollout.engine='continuous' only"),
+    ({"rollout": {"engine": "continuous"}}, "needs grpo.rollout.slots > 0"),
+    ({"rollout": CONTINUOUS, "memory": {"rollout_micro_batch": 8}},
+     "grpo.memory.rollout_micro_batch does not"),
+    ({"rollout": {**CONTINUOUS, "schedule": "random"}}, "grpo.rollout.schedule must be one of"),
+    ({"rollout": {"engine": "speculative", "draft_k": 3}}, "grpo.rollout.draft_k must be null"),
+    ({"rollout": {**CONTINUOUS, "draft_k": 2}}, "grpo.rollout.draft_k applies to"),
+    ({"rollout": {"drafter_steps": 4}},
+     "grpo.rollout.drafter_steps applies to grpo.rollout.engine='speculative'"),
 ])
-def test_bad_engine_options_are_one_line_errors(kwargs, error):
-    with pytest.raises(ValueError, match=error) as e:
-        GRPOConfig(**kwargs)
+def test_bad_engine_options_are_one_line_errors(section, error):
+    with pytest.raises(ValueError, match=error) as e:  # as the YAML's grpo section
+        from_dict(GRPOConfig, section, prefix="grpo.")
     assert "\n" not in str(e.value)
 
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from lm_helpers import flat_grpo_keys
 
 from jaxrl_suite.algorithms import grpo, grpo_config, sft
 from jaxrl_suite.core.parallel import make_mesh
@@ -146,8 +147,14 @@ def test_cli_eval_scores_a_run_checkpoint(tmp_path, capsys):
     assert saved["stage"] == "grpo" and saved["step"] >= 1 and saved["examples"] == 4
     assert 0 <= saved["pass@1"] <= saved["pass@2"] <= 1 and 0 <= saved["maj@2"] <= 1
     assert 0 <= saved["greedy_accuracy"] <= 1
+    # a run saved before issue 44 (the grpo section's flat keys) is read, with one-line warnings
+    stored = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**stored,
+                                                 "config": flat_grpo_keys(stored["config"])}))
     assert main(["eval", str(out), "--stage", "sft", "--samples", "2", "--ks", "1",
                  "--examples", "4"]) == 0
+    assert "jaxrl-suite: warning: config key 'grpo.sampler' is now 'grpo.rollout.engine' (the " \
+        "old key is still read)\n" in capsys.readouterr().err
     assert json.loads((out / "eval_sft.json").read_text())["stage"] == "sft"
     assert main(["eval", str(out), "--seed", "5", "--samples", "2", "--ks", "1"]) == 2
     assert "--seed 5 is not one of run.seeds [0]" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from lm_helpers import flat_grpo_keys
 
 from jaxrl_suite import GRPO, LM, SFT
 from jaxrl_suite.api import Rewards, to_example
@@ -274,6 +275,10 @@ def test_a_stopped_run_resumes_to_the_straight_runs_params(straight, tmp_path):
         return float(completion.strip() == answer)
 
     calls[0] = 0
+    # a run saved before issue 44 holds the grpo section's flat keys: the same config
+    stored = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**stored,
+                                                 "config": flat_grpo_keys(stored["config"])}))
     resumed = grpo(out, resume=True, rewards=[correct, digits, flaky]).train()
     assert calls[0] == 8  # step 3 alone: 2 prompts x 4 completions
     assert [r["step"] for r in resumed.metrics] == [1, 2, 3]

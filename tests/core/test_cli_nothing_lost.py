@@ -6,17 +6,21 @@ import dataclasses
 import json
 import os
 import signal
+from collections.abc import Mapping
+from typing import ClassVar
 
 import flax
 import numpy as np
 import pytest
+from lm_helpers import flat_grpo_keys
 
 from jaxrl_suite.algorithms.loop import fit
 from jaxrl_suite.cli import SMOKE_NOTE, main
 from jaxrl_suite.core.checkpoint import Checkpointer
-from jaxrl_suite.core.config import ConfigError
-from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment
+from jaxrl_suite.core.config import ConfigError, load_config, to_dict
+from jaxrl_suite.core.experiment import EXPERIMENTS, Experiment, load_experiments
 from jaxrl_suite.core.metrics import MetricsLogger
+from jaxrl_suite.core.rundir import resume_changes
 from jaxrl_suite.core.signals import Terminated, stop_on_sigterm
 
 NAME = "outdir_probe"
@@ -29,6 +33,7 @@ class _Run:
 
 @dataclasses.dataclass(frozen=True)
 class _Cfg:
+    MOVED: ClassVar[Mapping[str, str]] = {"every": "run.checkpoint_every"}  # a key that moved
     x: int = 0
     run: _Run = _Run()
     interrupt: str = ""  # "", "sigint" or "sigterm" at step `at` of 10
@@ -189,6 +194,51 @@ def test_resume_may_change_the_listed_fields_and_records_them(probe, capsys):
     assert record["changed"] == {"run.checkpoint_every": {"from": 5, "to": 7}}
     stored = json.loads((probe / "config.json").read_text())["config"]
     assert stored["run"]["checkpoint_every"] == 7 and _summary(probe)["resumed"] is True
+
+
+def test_resume_reads_a_stored_config_whose_keys_moved_since(probe, capsys):
+    """A run saved before a key moved (`_Cfg.MOVED`: every -> run.checkpoint_every) resumes:
+    the stored config is compared as the config class reads it today; a change is refused."""
+    assert main(["run", NAME, "--out", str(probe)]) == 0
+    saved = {"experiment": NAME, "config": {"x": 1, "interrupt": "", "at": 3, "every": 5}}
+    (probe / "config.json").write_text(json.dumps(saved))
+    assert main(["run", NAME, "--out", str(probe), "--resume", "--set", "x=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "x: 1 -> 2" in err and "every" not in err
+    assert main(["run", NAME, "--out", str(probe), "--resume"]) == 0
+    assert "resuming with" not in capsys.readouterr().err
+    assert not (probe / "resumes.jsonl").exists() and _summary(probe)["resumed"] is True
+
+
+def test_a_moved_key_is_read_with_a_one_line_warning(probe, capsys):
+    assert main(["run", NAME, "--out", str(probe), "--set", "every=7"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-suite: warning: config key 'every' is now "
+                          "'run.checkpoint_every' (the old key is still read)\n"), err
+    stored = json.loads((probe / "config.json").read_text())["config"]
+    assert stored["run"]["checkpoint_every"] == 7 and "every" not in stored
+    assert main(["run", NAME, "--out", str(probe), "--overwrite", "--set", "every=7",
+                 "--set", "run.checkpoint_every=7"]) == 2
+    assert "'every' and 'run.checkpoint_every' are both given" in capsys.readouterr().err
+
+
+def test_a_grpo_run_saved_with_the_flat_keys_resumes(tmp_path):
+    """The grpo section's keys before issue 44 (grpo.sampler, grpo.logprob_chunk, ...) in a
+    stored config.json are no change; a change of a moved field still is."""
+    exp = load_experiments("grpo_arithmetic").get("grpo_arithmetic")
+    record = {"experiment": exp.name, "config": to_dict(
+        load_config(exp.config_cls, exp.default_config(), smoke=True))}
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**record, "config": flat_grpo_keys(record["config"])}))
+    assert resume_changes(tmp_path, record, config_cls=exp.config_cls) == {}
+    with pytest.raises(ConfigError, match="grpo.draft_k: None -> '<missing>'"):
+        resume_changes(tmp_path, record)  # compared as stored
+    changed = load_config(exp.config_cls, exp.default_config(),
+                          ["grpo.rollout.dtype=bfloat16"], smoke=True)
+    with pytest.raises(ConfigError, match=r"grpo.rollout.dtype: None -> 'bfloat16'") as e:
+        resume_changes(tmp_path, {**record, "config": to_dict(changed)},
+                       config_cls=exp.config_cls)
+    assert "\n" not in str(e.value)
 
 
 def test_an_unwritable_out_is_one_line(probe_yaml, tmp_path, capsys):

@@ -1,9 +1,17 @@
 import dataclasses
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 import pytest
 
-from jaxrl_suite.core.config import ConfigError, from_dict, load_config, parse_override, to_dict
+from jaxrl_suite.core.config import (
+    ConfigError,
+    MovedKeyWarning,
+    from_dict,
+    load_config,
+    parse_override,
+    to_dict,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +98,76 @@ def test_a_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
     bad.write_text("a: 1\n b: 2\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml:2:3 is not valid YAML: mapping values"):
         read_yaml(bad)
+
+
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    """A section two of whose keys moved into its `inner` section (`MOVED`)."""
+
+    MOVED: ClassVar[Mapping[str, str]] = {"rate": "inner.lr", "n": "inner.steps"}
+    inner: Inner = Inner()
+    flag: bool = False
+
+
+def test_a_moved_key_is_read_at_its_new_place_with_a_warning():
+    data = {"rate": 0.5, "n": 3, "inner": {"name": "b"}, "flag": True}
+    with pytest.warns(MovedKeyWarning) as caught:  # a FutureWarning
+        old = from_dict(Renamed, data, prefix="sec.")
+    assert old == from_dict(Renamed, {"inner": {"lr": 0.5, "steps": 3, "name": "b"},
+                                      "flag": True}, prefix="sec.")
+    assert old == Renamed(inner=Inner(lr=0.5, steps=3, name="b"), flag=True)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2 and all("\n" not in m for m in messages)
+    assert "'sec.n' is now 'sec.inner.steps'" in messages[0]
+    assert "'sec.rate' is now 'sec.inner.lr'" in messages[1]
+    assert data == {"rate": 0.5, "n": 3, "inner": {"name": "b"}, "flag": True}  # not mutated
+    with pytest.warns(FutureWarning, match="'n' is now 'inner.steps'"):  # an override too
+        assert load_config(Renamed, None, ["n=4"]).inner.steps == 4
+
+
+def test_a_moved_key_and_its_new_key_both_given_is_an_error():
+    with pytest.raises(ConfigError) as e:
+        from_dict(Renamed, {"rate": 0.5, "inner": {"lr": 0.1}}, prefix="sec.")
+    msg = str(e.value)
+    assert "'sec.rate'" in msg and "'sec.inner.lr'" in msg and "both given" in msg
+    assert "\n" not in msg
+    with pytest.raises(ConfigError, match="'rate' .* and the section 'inner' are both given"):
+        from_dict(Renamed, {"rate": 0.5, "inner": Inner()})  # the section as a config object
+    with pytest.raises(ConfigError, match="unknown config key 'sec.inner.rate'"):
+        from_dict(Renamed, {"inner": {"rate": 0.5}}, prefix="sec.")  # only at the section's top
+    with pytest.raises(ConfigError, match="unknown config key 'sec.bogus'"), \
+            pytest.warns(FutureWarning):
+        from_dict(Renamed, {"rate": 0.5, "bogus": 1}, prefix="sec.")
+
+
+def test_grpo_reads_the_flat_keys_of_a_saved_run():
+    """GRPOConfig.MOVED: the keys the grpo section had before the rollout and memory sections
+    (issue 44), as a saved run's config.json holds them, give the same config."""
+    from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
+    from jaxrl_suite.sampling.engines import EngineOptions
+
+    flat = {"steps": 3, "sampler": "speculative", "draft_k": 2, "drafter_layers": 2,
+            "drafter_d_model": 32, "drafter_lr": 0.01, "drafter_steps": 0,
+            "drafter_reward_tau": 0.5, "sampler_dtype": "bfloat16", "rollout_micro_batch": 8,
+            "logprob_micro_batch": 4, "train_micro_batch": 2, "logprob_chunk": 16}
+    nested = {"steps": 3,
+              "rollout": {"engine": "speculative", "draft_k": 2, "drafter_layers": 2,
+                          "drafter_d_model": 32, "drafter_lr": 0.01, "drafter_steps": 0,
+                          "drafter_reward_tau": 0.5, "dtype": "bfloat16"},
+              "memory": {"rollout_micro_batch": 8, "logprob_micro_batch": 4,
+                         "train_micro_batch": 2, "logprob_chunk": 16}}
+    with pytest.warns(FutureWarning) as caught:
+        old = from_dict(GRPOConfig, flat, prefix="grpo.")
+    assert len(caught) == len(flat) - 1  # every key but steps moved
+    assert old == from_dict(GRPOConfig, nested, prefix="grpo.") == GRPOConfig(
+        steps=3, rollout=EngineOptions(**nested["rollout"]),
+        memory=MemoryConfig(**nested["memory"]))
+    continuous = {"sampler": "continuous", "slots": 4, "refill": "rounds", "schedule": "lpt"}
+    with pytest.warns(FutureWarning) as caught:
+        cfg = from_dict(GRPOConfig, continuous, prefix="grpo.")
+    assert "config key 'grpo.sampler' is now 'grpo.rollout.engine'" in str(caught[0].message)
+    assert cfg.rollout == EngineOptions(engine="continuous", slots=4, refill="rounds",
+                                        schedule="lpt")
+    with pytest.raises(ConfigError, match="'grpo.slots' and 'grpo.rollout.slots' are both"):
+        from_dict(GRPOConfig, {"slots": 4, "rollout": {"engine": "continuous", "slots": 4}},
+                  prefix="grpo.")
