@@ -44,7 +44,7 @@ from jaxrl_suite.algorithms.executors import make_executor
 from jaxrl_suite.core.config import ConfigError, Count, check_fields, to_dict
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import check_variants, format_numbers
+from jaxrl_suite.core.study import Study, check_variants, format_numbers
 from jaxrl_suite.envs.text.tools.base import ToolTask
 from jaxrl_suite_experiments import CONFIGS
 
@@ -216,13 +216,17 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 def _claims(stats: dict, sft_evals: dict) -> dict:
     """The numbers the comparisons are judged by (no verdicts: see docs/agents.md): success of
     GRPO with tools against direct answers and against SFT alone, and the staleness run's wall
-    time and success against the synchronous one."""
+    time and success against the synchronous one; tools against direct seed by seed
+    (`Study.compare`)."""
     mean = lambda v, k: stats[v][k]["mean"] if v in stats else None
     out = {}
     for key in ("success", "sampled_success"):
         out.update({f"tools_{key}": mean("tools", key), f"direct_{key}": mean("direct", key),
                     **{f"{name}_{key}": sft_evals.get(name, {}).get(key) for name in
                        ("sft_tools", "sft_direct", "sft_more_tools", "sft_more_direct")}})
+    if "tools" in stats and "direct" in stats:  # seed by seed (differences, Welch p)
+        out["tools_vs_direct"] = {key: Study.compare(stats, "tools", "direct", key)
+                                  for key in ("success", "sampled_success")}
     if "tools" in stats and "tools_async" in stats:
         out["async_wall_time_ratio"] = mean("tools", "wall_time_s") / mean("tools_async",
                                                                            "wall_time_s")

@@ -128,13 +128,19 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 def _claims(stats: dict, curves: dict, cfg: Config) -> dict:
     """The numbers each of the paper's claims is judged by (no verdicts: see docs/siren.md):
     how the rollouts' mean token entropy moved from step 1 (sampled from the SFT policy) to the
-    mean of the last tenth of the run, and which variants have the best held-out means."""
+    mean of the last tenth of the run, which variants have the best held-out means, and each
+    variant against plain GRPO seed by seed (`Study.compare`)."""
     w = max(1, cfg.grpo.steps // 10)
     k = max(cfg.eval.ks)
     sft_entropy = float(np.mean([c["entropy"][:, 0].mean() for c in curves.values()]))
+    # each variant against plain GRPO, seed by seed (differences, seeds better, Welch p)
+    vs_plain = {v: {key: Study.compare(stats, v, "plain", key)
+                    for key in ("greedy_accuracy", f"pass@{k}", f"maj@{k}")}
+                for v in stats if v != "plain" and "plain" in stats}
     return {"entropy": Study.curve_stats(curves, "entropy", w), "sft_entropy": sft_entropy,
             "best_variant": Study.best(stats, [f"pass@{k}", f"maj@{k}", "pass@1",
-                                               "greedy_accuracy"]), "window_steps": w}
+                                               "greedy_accuracy"]), "window_steps": w,
+            "vs_plain": vs_plain}
 
 
 EXPERIMENT = Experiment(
