@@ -75,6 +75,9 @@ def dynamic_rollout(rollout: Callable, examples: Sequence, key: jax.Array, *, b:
     def draw(d):
         seq, old_logp, rewards, info = rollout(examples[d * b : (d + 1) * b],
                                                key if d == 0 else jax.random.fold_in(key, d))
+        if seq.images is not None:
+            raise ValueError("grpo.dynamic_sampling does not take image prompts yet (a "
+                             "vision-language policy): set it false")
         rows = [gather_rows(host_local(x)) for x in (*seq[:4], old_logp)]  # host, global
         return (rows, info), rewards
 

@@ -369,12 +369,12 @@ class GRPOTrainer(LMTrainer):
         rows = process_rows(len(examples))
         local = examples[rows]
         group = repeat_each(local, g)  # prompt i -> rows [iG, (i+1)G)
-        encoded = self.encode_prompts(group)  # host arrays [rows, P]: this process's rows
-        prompt, prompt_mask = shard_batch(encoded, self.mesh)
+        encoded = self.prompt_inputs(group)  # host arrays [rows, P]: this process's rows
+        prompt, prompt_mask, images = placed = shard_batch(encoded, self.mesh)
         if key is None:
             key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         # global row = prompt index * G + sample index: the sequence's id for its keys
-        out = sample_rollout(self.sampler, state.params, encoded, (prompt, prompt_mask), key,
+        out = sample_rollout(self.sampler, state.params, encoded, placed, key,
                              mesh=self.mesh, micro=c.memory.rollout_micro_batch,
                              first_row=(rows.start or 0) * g)
         mask = host_local(out.mask)
@@ -387,7 +387,7 @@ class GRPOTrainer(LMTrainer):
             for s, r, t, m in zip(verdicts.scores, designed, texts, mask, strict=True)
         ], np.float32))
         rewards = per_row[:, 0].reshape(len(examples), g)
-        seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask)
+        seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask, images=images)
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
                 "tokens": int(per_row[:, 2].sum())}
         if jax.process_count() == 1:  # this process's rows (the whole batch on one host)

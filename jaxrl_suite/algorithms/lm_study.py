@@ -62,11 +62,16 @@ from jaxrl_suite.core.study import Study, check_seeds, open_run_log
 from jaxrl_suite.envs.text import TASKS, Example, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
-from jaxrl_suite.models import CausalLM
-from jaxrl_suite.models.hf import HFCheckpointError, ModelConfig, load_hf_checkpoint
+from jaxrl_suite.models import CausalLM, LMConfig, VisionLM, VLMConfig
+from jaxrl_suite.models.hf import (
+    HFCheckpointError,
+    ModelConfig,
+    VisionModelConfig,
+    load_hf_checkpoint,
+)
 from jaxrl_suite.models.lora import apply_lora, init_lora
 from jaxrl_suite.models.sharding import check_model_mesh
-from jaxrl_suite.sampling import KVCacheSampler, mcts
+from jaxrl_suite.sampling import KVCacheSampler, image_prompt, mcts
 from jaxrl_suite.sampling.engines import drafter_config, make_engine
 
 # Task options, passed to the task when set (None = the task's own default). A generator option
@@ -208,10 +213,15 @@ class LM:
         return self.model.init(lm_keys(seed).init, jnp.zeros((1, 1), jnp.int32))
 
 
-def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256) -> None:
-    """Prompts must fit `task.prompt_len` and solutions + EOS `grpo.max_new_tokens`."""
+def _check_lengths(task: Task, tokenizer: Tokenizer, cfg, n: int = 256,
+                   model_cfg: LMConfig | None = None) -> None:
+    """Prompts (a vision-language model's with their image tokens) must fit `task.prompt_len`
+    and solutions + EOS `grpo.max_new_tokens`."""
     examples = task.examples("train", 0, n) + task.examples("test", 0, n)
-    longest_prompt = max(len(tokenizer.encode(e.prompt)) for e in examples)
+    if isinstance(model_cfg, VLMConfig):
+        longest_prompt = max(len(image_prompt(tokenizer, e, model_cfg)[0]) for e in examples)
+    else:
+        longest_prompt = max(len(tokenizer.encode(e.prompt)) for e in examples)
     longest_solution = max(len(tokenizer.encode(task.solution(e))) + 1 for e in examples)
     for field, need, have in (("task.prompt_len", longest_prompt, cfg.task.prompt_len),
                               ("grpo.max_new_tokens", longest_solution, cfg.grpo.max_new_tokens)):
@@ -241,7 +251,8 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM,
     (and the tokenizer) of the local Hugging Face checkpoint `cfg.model.hf_path` when set; with
     `cfg.model.lora_rank` > 0 the model is LoRA-adapted (`models.lora.apply_lora`) and the params
     hold the adapters too (the trainers then train the adapters alone). `model_class` is the
-    module built on the config (`CausalLM`, or `models.diffusion_lm.DiffusionLM`). `cfg`
+    module built on the config (`CausalLM`, or `models.diffusion_lm.DiffusionLM`; a `VLMConfig`,
+    from a `VisionModelConfig` section or a Qwen2-VL checkpoint, builds a `VisionLM`). `cfg`
     needs `task` (a `TaskConfig`), `model` (a `ModelConfig`), `sft`, `grpo` and `run` sections;
     `task` defaults to the one `cfg.task` names. `tokenizer` replaces the one `cfg.run.tokenizer`
     names (e.g. the tokenizer an earlier stage's model was trained with; `api.LM`); a
@@ -267,13 +278,15 @@ def build_lm(cfg, task: Task | None = None, *, model_class=CausalLM,
             f"config field 'model.vocab_size' ({model_cfg.vocab_size}) is smaller than the "
             f"tokenizer's vocabulary ({tokenizer.vocab_size})"
         )
-    _check_lengths(task, tokenizer, cfg)
+    _check_lengths(task, tokenizer, cfg, model_cfg=model_cfg)
     try:
         mesh = make_mesh(cfg.run.num_devices, **dataclasses.asdict(cfg.run.mesh))
         check_model_mesh(model_cfg, mesh)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_batches(cfg, batch_shards(mesh))
+    if isinstance(model_cfg, VLMConfig):  # a VisionModelConfig or a Qwen2-VL checkpoint
+        model_class = VisionLM
     model = model_class(model_cfg)
     lora = getattr(cfg.model, "lora", None)
     if lora is not None:  # model.lora_rank > 0: adapters on a frozen base (models/lora.py)
@@ -711,5 +724,5 @@ def eval_record(result: dict) -> dict:
 
 
 __all__ = ["LM", "EvalConfig", "GRPOConfig", "LMStudy", "ModelConfig", "RunConfig", "SFTConfig",
-           "TaskConfig", "build_lm",
-           "check_batches", "eval_record", "lm_keys"]
+           "TaskConfig", "VisionModelConfig", "build_lm", "check_batches", "eval_record",
+           "lm_keys"]

@@ -118,6 +118,23 @@ class ModelConfig(LMConfig):
         return {name: getattr(self, name) for name in OPTIONS}
 
 
+@dataclasses.dataclass(frozen=True)
+class VisionModelConfig(VLMConfig):
+    """A vision-language experiment's `model` section: `VLMConfig` sizes (the LM, `vision` the
+    image tower, the special ids) for a `VisionLM` trained from scratch, or `hf_path`, a local
+    Qwen2-VL checkpoint directory (then only the `OPTIONS` are read from here). No LoRA yet."""
+
+    hf_path: str | None = None  # e.g. --set model.hf_path=/models/Qwen2-VL-2B
+
+    def lm_config(self) -> VLMConfig:
+        """The plain `VLMConfig` of these fields (without `hf_path`)."""
+        return VLMConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(VLMConfig)})
+
+    def options(self) -> dict:
+        """The `OPTIONS` fields, as keyword arguments of `load_hf_checkpoint`."""
+        return {name: getattr(self, name) for name in OPTIONS}
+
+
 class HFCheckpointError(ValueError):
     """A checkpoint that cannot be mapped onto `CausalLM`; the message names the field/tensor."""
 
@@ -707,4 +724,5 @@ __all__ = [
     "preprocessor_to_hf",
     "read_safetensors",
     "save_hf_checkpoint",
+    "VisionModelConfig",
 ]

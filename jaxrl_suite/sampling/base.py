@@ -98,6 +98,12 @@ class LearningSampler(Protocol):
     def init_learning_state(self) -> Any: ...
 
 
+def image_kwargs(images) -> dict:
+    """`{"images": images}` for a sampler call, or {} for text prompts (images None), so a
+    sampler without the `images=` argument still serves text."""
+    return {} if images is None else {"images": images}
+
+
 def refuse_images(images, engine: str) -> None:
     """The one-line ValueError of an engine that does not take `images=` yet."""
     if images is not None:
@@ -116,4 +122,5 @@ def compiled_memory(fn, *args) -> dict:
     return out
 
 
-__all__ = ["GenerateOutput", "LearningSampler", "Sampler", "compiled_memory", "refuse_images"]
+__all__ = ["GenerateOutput", "LearningSampler", "Sampler", "compiled_memory", "image_kwargs",
+           "refuse_images"]

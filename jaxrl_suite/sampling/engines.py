@@ -46,7 +46,7 @@ from jaxrl_suite.core.parallel import data_sharding, host_local, shard_batch
 from jaxrl_suite.core.registry import Registry
 from jaxrl_suite.models.diffusion_lm import DiffusionLM
 from jaxrl_suite.models.lm import CausalLM, LMConfig
-from jaxrl_suite.sampling.base import GenerateOutput, Sampler
+from jaxrl_suite.sampling.base import GenerateOutput, Sampler, image_kwargs
 from jaxrl_suite.sampling.continuous import ContinuousSampler
 from jaxrl_suite.sampling.diffusion import DiffusionSampler
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
@@ -185,15 +185,17 @@ def speculative_engine(model: CausalLM, c: RolloutConfig, tokenizer, *, drafter_
 def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *, mesh,
                    micro: int = 0, first_row: int = 0) -> GenerateOutput:
     """`sampler`'s completions of this process's prompt rows (`encoded`: their host arrays
-    (ids, mask); `placed`: the same on the mesh), `micro` global rows per call
-    (grpo.memory.rollout_micro_batch; 0: all at once; one compiled program), reassembled and
-    placed like the prompts. Row i is sequence first_row + i (this process's first global
-    row), so its key, and its completion, do not depend on the chunking."""
+    (ids, mask[, images]), images a `models.vlm.VisionInputs` or None; `placed`: the same on
+    the mesh), `micro` global rows per call (grpo.memory.rollout_micro_batch; 0: all at once;
+    one compiled program), reassembled and placed like the prompts. Row i is sequence
+    first_row + i (this process's first global row), so its key, and its completion, do not
+    depend on the chunking."""
     chunk = micro // jax.process_count()
     rows = len(encoded[0])
     ids = np.arange(first_row, first_row + rows, dtype=np.int32)
     if not micro or chunk >= rows:
-        out = sampler(params, *placed, key, seq_ids=shard_batch(ids, mesh))
+        out = sampler(params, *placed[:2], key, seq_ids=shard_batch(ids, mesh),
+                      **image_kwargs(placed[2] if len(placed) > 2 else None))
         # rows split over the batch axes, like the prompts (an engine that scatters its rows,
         # the continuous one, returns them replicated)
         return GenerateOutput(*jax.device_put(tuple(out), data_sharding(mesh)))
@@ -202,8 +204,10 @@ def sample_rollout(sampler: Sampler, params, encoded, placed, key: jax.Array, *,
                          f"{rows * jax.process_count()} rows of a rollout")
     outs = []
     for start in range(0, rows, chunk):
-        p, pm, i = shard_batch(tuple(x[start : start + chunk] for x in (*encoded, ids)), mesh)
-        out = sampler(params, p, pm, key, seq_ids=i)
+        part = jax.tree.map(lambda x, s=slice(start, start + chunk): x[s], (*encoded, ids))
+        *prompts, i = shard_batch(part, mesh)
+        out = sampler(params, *prompts[:2], key, seq_ids=i,
+                      **image_kwargs(prompts[2] if len(prompts) > 2 else None))
         outs.append([host_local(x) for x in out])
     return GenerateOutput(*shard_batch(
         tuple(np.concatenate(x) for x in zip(*outs, strict=True)), mesh))

@@ -12,6 +12,12 @@ greedy or sampled completions (`complete`), teacher-forced log-probs of given co
 (`score`), and the held-out evaluations: greedy accuracy (`evaluate`) and pass@k / maj@k of
 sampled completions (`evaluate_sampled`), all scored by the task's one entry point
 `Task.verify_batch`. The trainers (`algorithms.sft.LMTrainer` and its subclasses) add training.
+
+A vision-language model (`models.vlm.VisionLM`) runs on vision tasks (`envs.vision`): each
+example's prompt holds one `IMAGE_MARKER` per scene of `ex.meta.scenes`, which `prompt_inputs`
+turns into vision_start, the image's tokens and vision_end, and renders the scenes into the
+prompts' `VisionInputs` (per-row image slots, M-RoPE positions), which travel with the prompts
+to the sampler and in `SeqBatch.images` to the sequence views.
 """
 
 from __future__ import annotations
@@ -33,11 +39,14 @@ from jaxrl_suite.core.parallel import (
     process_rows,
     shard_batch,
 )
+from jaxrl_suite.envs.vision import IMAGE_MARKER, render_scenes
 from jaxrl_suite.losses import token_logprobs
 from jaxrl_suite.models.sequence import SeqBatch, completion_logits
 from jaxrl_suite.models.sharding import check_model_mesh
+from jaxrl_suite.models.vision import image_grid
+from jaxrl_suite.models.vlm import VisionInputs, VisionLM, VLMConfig, vision_inputs
 from jaxrl_suite.rewards import extract_answer
-from jaxrl_suite.sampling.base import Sampler
+from jaxrl_suite.sampling.base import Sampler, image_kwargs
 from jaxrl_suite.sampling.evaluate import maj_at_k, pass_at_k
 from jaxrl_suite.sampling.kv_cache import KVCacheSampler
 
@@ -86,6 +95,26 @@ def repeat_each(items: Sequence, n: int) -> list:
     return [x for x in items for _ in range(n)]
 
 
+def image_prompt(tokenizer: Tokenizer, ex: Example, config: VLMConfig
+                 ) -> tuple[list[int], np.ndarray]:
+    """A vision example's prompt ids and images: each IMAGE_MARKER of `ex.prompt` becomes
+    vision_start, t h w / m^2 image tokens and vision_end (Qwen2-VL's layout) for the next scene
+    of `ex.meta.scenes`, rendered here (uint8 [n, H, W, 3]; [0, 1, 1, 3] without scenes)."""
+    pieces = ex.prompt.split(IMAGE_MARKER)
+    scenes = getattr(ex.meta, "scenes", ())
+    if len(pieces) - 1 != len(scenes):
+        raise ValueError(f"a prompt holds {len(pieces) - 1} {IMAGE_MARKER} markers for "
+                         f"{len(scenes)} scenes: {ex.prompt[:40]!r}")
+    rendered = render_scenes(scenes) if scenes else np.zeros((0, 1, 1, 3), np.uint8)
+    ids = tokenizer.encode(pieces[0])
+    for image, piece in zip(rendered, pieces[1:], strict=True):
+        t, h, w = image_grid(*image.shape[:2], config.vision)
+        ids += [config.vision_start_id, *[config.image_token_id] * (
+            t * h * w // config.vision.merge_tokens), config.vision_end_id]
+        ids += tokenizer.encode(piece)
+    return ids, rendered
+
+
 def answer_id(text: str) -> int:
     """A stable integer id of a completion's parsed answer (-1: none), for voting across hosts."""
     answer = extract_answer(text)
@@ -103,25 +132,54 @@ class LMRunner:
     key, `evaluate`), and `eval_sampler` draws sampled ones (`complete` with a key,
     `evaluate_sampled`) at the temperature and top_p of each call (traced: no recompile). They
     default to `KVCacheSampler`s of max_new_tokens tokens (greedy; top_k off); pass another
-    runner's to share its compiled program.
+    runner's to share its compiled program. A `VisionLM` also reads the prompts' images (module
+    docstring): `max_images` image slots per row (default: the task's `max_images`, else 1).
     """
 
     def __init__(
         self, model, tokenizer: Tokenizer, task: Task, *, mesh, prompt_len: int,
         max_new_tokens: int, greedy_sampler: Sampler | None = None,
-        eval_sampler: Sampler | None = None,
+        eval_sampler: Sampler | None = None, max_images: int | None = None,
     ):
         check_model_mesh(model.config, mesh)
         self.model, self.tokenizer, self.task, self.mesh = model, tokenizer, task, mesh
         self.prompt_len, self.max_new_tokens = prompt_len, max_new_tokens
+        self.max_images = max_images or getattr(task, "max_images", 1)
         ids = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         self.greedy_sampler = greedy_sampler or KVCacheSampler(model, greedy=True, **ids)
         self.eval_sampler = eval_sampler or KVCacheSampler(model, **ids)
 
     # ---- encoding ----
     def encode_prompts(self, examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
-        """The examples' prompts, left-padded to prompt_len: host (ids [n, P], mask [n, P])."""
-        return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
+        """The examples' prompts, left-padded to prompt_len: host (ids [n, P], mask [n, P])
+        (a vision-language model's with their image tokens: `prompt_inputs`)."""
+        if not isinstance(self.model, VisionLM):
+            return self.tokenizer.encode_batch([e.prompt for e in examples], self.prompt_len)
+        return self.prompt_inputs(examples)[:2]
+
+    def prompt_inputs(self, examples: Sequence[Example]
+                      ) -> tuple[np.ndarray, np.ndarray, VisionInputs | None]:
+        """Host (ids [n, P], mask [n, P], images): `encode_prompts` and, for a `VisionLM`, the
+        prompts' `VisionInputs` (None for a text model or a batch without images). Each
+        IMAGE_MARKER of a prompt becomes vision_start, t h w / m^2 image tokens and vision_end
+        (Qwen2-VL's layout) for the next scene of `ex.meta.scenes`, rendered on the host."""
+        if not isinstance(self.model, VisionLM):
+            return (*self.encode_prompts(examples), None)
+        cfg = self.model.config
+        ids = np.full((len(examples), self.prompt_len), self.tokenizer.pad_id, np.int32)
+        mask = np.zeros(ids.shape, bool)
+        images = []
+        for row, ex in enumerate(examples):
+            row_ids, rendered = image_prompt(self.tokenizer, ex, cfg)
+            if len(row_ids) > self.prompt_len:
+                raise ValueError(f"prompt {row} needs {len(row_ids)} tokens with its images, "
+                                 f"more than prompt_len={self.prompt_len}: {ex.prompt[:40]!r}")
+            ids[row, self.prompt_len - len(row_ids):] = row_ids
+            mask[row, self.prompt_len - len(row_ids):] = True
+            images.append(rendered)
+        if not any(len(x) for x in images):
+            return ids, mask, None
+        return ids, mask, vision_inputs(images, ids, mask, cfg, max_images=self.max_images)
 
     def encode_completions(self, texts: Sequence[str], *, eos: bool = True
                            ) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +204,8 @@ class LMRunner:
 
     def solution_batch(self, examples: Sequence[Example]) -> SeqBatch:
         """Host arrays of `examples` with their task solutions as completions (the SFT data)."""
-        return SeqBatch(*self.encode_prompts(examples), *self.encode_solutions(examples))
+        ids, mask, images = self.prompt_inputs(examples)
+        return SeqBatch(ids, mask, *self.encode_solutions(examples), images=images)
 
     def with_task(self, task: Task) -> LMRunner:
         """This runner on another task (e.g. a data filter's `ExampleList`), sharing its
@@ -169,18 +228,19 @@ class LMRunner:
             if temperature is not None or top_p is not None:
                 raise ValueError("complete: temperature and top_p need an rng (sampling)")
 
-            def sample(prompt, mask, b):
-                return self.greedy_sampler(params, prompt, mask, jax.random.PRNGKey(0))
+            def sample(prompt, mask, b, **images):
+                return self.greedy_sampler(params, prompt, mask, jax.random.PRNGKey(0), **images)
         else:
             settings = dict(temperature=1.0 if temperature is None else temperature,
                             top_p=1.0 if top_p is None else top_p)
 
-            def sample(prompt, mask, b):
+            def sample(prompt, mask, b, **images):
                 return self.eval_sampler(params, prompt, mask, jax.random.fold_in(rng, b),
-                                         **settings)
+                                         **settings, **images)
 
         def run(local, b):
-            out = sample(*shard_batch(self.encode_prompts(local), self.mesh), b)
+            ids, mask, images = shard_batch(self.prompt_inputs(local), self.mesh)
+            out = sample(ids, mask, b, **image_kwargs(images))
             return out.tokens, out.mask
 
         tokens, mask = map_batches(run, examples, batch_size=batch_size, mesh=self.mesh)
@@ -209,8 +269,9 @@ class LMRunner:
 
         def run(local, b):
             ex, tx = zip(*local, strict=True)
-            seq = SeqBatch(*self.encode_prompts(ex), *self.encode_completions(tx, eos=eos))
-            seq = shard_batch(seq, self.mesh)
+            ids, mask, images = self.prompt_inputs(ex)
+            seq = shard_batch(SeqBatch(ids, mask, *self.encode_completions(tx, eos=eos),
+                                       images=images), self.mesh)
             return logprob_fn(params, seq), seq.completion_mask
 
         return map_batches(run, list(zip(examples, texts, strict=True)), batch_size=batch_size,
@@ -266,4 +327,4 @@ class LMRunner:
         return result
 
 
-__all__ = ["LMRunner", "answer_id", "map_batches", "repeat_each"]
+__all__ = ["LMRunner", "answer_id", "image_prompt", "map_batches", "repeat_each"]
