@@ -648,6 +648,23 @@ class LMStudy(Study):
             out["sampled_accuracy"] = self.sampled_accuracy(trainer, params, examples)
         return out
 
+    def group_check(self, trainer, params, examples, *, group_size: int | None = None
+                    ) -> dict[str, float]:
+        """An RL start's check on `examples` (training questions, never the held-out set):
+        group_size (default grpo.group_size) samples of each at grpo.temperature with
+        `sampled_key`, scored by the trainer's task. Returns `sampled_accuracy`, `mean_reward`
+        (the designed reward where the task has one) and `nondegenerate_share`, the share of
+        groups whose rewards are not all equal (the groups GRPO can learn from)."""
+        n = group_size or self.cfg.grpo.group_size
+        flat = [e for e in examples for _ in range(n)]
+        texts, _ = trainer.complete(params, flat, batch_size=self.cfg.eval.batch_size,
+                                    rng=self.sampled_key, temperature=self.cfg.grpo.temperature)
+        v = trainer.task.verify_batch(texts, flat)
+        rewards = np.asarray(v.scores if v.rewards is None else v.rewards).reshape(-1, n)
+        return {"sampled_accuracy": float(np.mean(np.asarray(v.scores) == 1.0)),
+                "mean_reward": float(rewards.mean()),
+                "nondegenerate_share": float((rewards.std(axis=1) > 0).mean())}
+
     def sampled_accuracy(self, trainer, params, examples=None) -> float:
         """pass@1 of one sample per prompt at the training temperature (grpo.temperature) on
         the first eval.sampled_examples of `examples` (default the held-out prompts), in

@@ -9,10 +9,12 @@ from jaxrl_suite.envs.vision.analysis import (
     FILLER_WORDS,
     Correction,
     Fact,
+    dip_then_grow,
     grounded_fact_rate,
     grounded_facts,
     is_trivial_trace,
     self_corrections,
+    trace_stats,
 )
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, accuracy_by, batch_images
 from jaxrl_suite.envs.vision.maze import (
@@ -30,6 +32,8 @@ from jaxrl_suite.envs.vision.pretrain import (
     TAGGED_DOMAINS,
     PretrainCorpus,
     PretrainDoc,
+    PretrainMeta,
+    PretrainTask,
 )
 from jaxrl_suite.envs.vision.scene import (
     OBJECT_COLOURS,
@@ -81,6 +85,8 @@ __all__ = [
     "GridMap",
     "PretrainCorpus",
     "PretrainDoc",
+    "PretrainMeta",
+    "PretrainTask",
     "Scene",
     "SceneObject",
     "SpatialMeta",
@@ -92,6 +98,7 @@ __all__ = [
     "batch_images",
     "bfs",
     "draw_grid",
+    "dip_then_grow",
     "draw_scene",
     "fall",
     "grid_of",
@@ -106,4 +113,5 @@ __all__ = [
     "scenes_key",
     "self_corrections",
     "simulate",
+    "trace_stats",
 ]

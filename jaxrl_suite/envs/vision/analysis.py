@@ -28,7 +28,10 @@ INT objects have that colour and shape (an absent one matches any).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from jaxrl_suite.envs.vision.scene import (
     OBJECT_COLOURS,
@@ -38,6 +41,7 @@ from jaxrl_suite.envs.vision.scene import (
     find,
     occludes,
 )
+from jaxrl_suite.rewards.r1zero import think_span
 
 _COLOUR = "|".join(OBJECT_COLOURS)
 _SHAPE = "|".join(SHAPES)
@@ -171,12 +175,68 @@ def is_trivial_trace(think_text: str | None, prompt: str = "", *, min_words: int
     return set(words) <= set(_WORD.findall(prompt.lower())) | FILLER_WORDS
 
 
+def trace_stats(completions: Sequence[str], examples: Sequence, *,
+                prompt_opens: bool = True) -> dict[str, float | int | None]:
+    """The R1-Zero study's trace measurements over completions of one-scene examples (each
+    `ex.meta.scenes[0]` the scene, `ex.prompt` the question and options), the think text taken
+    by `think_span(completion, prompt_opens=...)`:
+
+      think_rate            share of completions with a closed think block
+      trivial_rate          share whose trace `is_trivial_trace` (no trace counts as trivial)
+      facts                 stated facts in all traces; grounded_fact_rate: the share that hold
+                            (pooled over completions; None when no fact is stated)
+      self_correction_rate  share of completions with at least one `self_corrections` mark
+      corrections           marks in all traces; correction_fix_share: the share that turn a
+                            false fact into a true one (None when there is no mark)
+    """
+    if len(completions) != len(examples):
+        raise ValueError(f"trace_stats: {len(completions)} completions for {len(examples)} "
+                         f"examples")
+    if not completions:
+        raise ValueError("trace_stats: no completions")
+    think = trivial = holds = facts = corrected = fixes = marks = 0
+    for c, ex in zip(completions, examples, strict=True):
+        span = think_span(c, prompt_opens=prompt_opens)
+        trivial += is_trivial_trace(span, ex.prompt)
+        if span is None:
+            continue
+        think += 1
+        stated, corrections = _scan(span, ex.meta.scenes[0])
+        facts += len(stated)
+        holds += sum(f.holds for f in stated)
+        corrected += bool(corrections)
+        marks += len(corrections)
+        fixes += sum(c.fixes for c in corrections)
+    n = len(completions)
+    return {"think_rate": think / n, "trivial_rate": trivial / n, "facts": facts,
+            "grounded_fact_rate": holds / facts if facts else None,
+            "self_correction_rate": corrected / n, "corrections": marks,
+            "correction_fix_share": fixes / marks if marks else None}
+
+
+def dip_then_grow(curve, *, window: int | None = None, margin: float = 0.1) -> bool:
+    """Whether a response-length curve [steps] first dips, then grows (R1-Zero's length
+    dynamics): smoothed by a trailing mean over `window` points (default a tenth of the
+    curve), its minimum lies at least `margin` below the first point, before the last, and
+    the last point lies at least `margin` above the minimum (relative)."""
+    x = np.asarray(curve, np.float64)
+    if x.ndim != 1 or len(x) < 3:
+        raise ValueError(f"dip_then_grow: a curve of >= 3 points, got shape {x.shape}")
+    w = window or max(1, len(x) // 10)
+    smooth = np.convolve(x, np.ones(w) / w, mode="valid")
+    low = int(np.argmin(smooth))
+    return bool(smooth[low] <= (1 - margin) * smooth[0] and low < len(smooth) - 1
+                and smooth[-1] >= (1 + margin) * smooth[low])
+
+
 __all__ = [
     "FILLER_WORDS",
     "Correction",
     "Fact",
+    "dip_then_grow",
     "grounded_fact_rate",
     "grounded_facts",
     "is_trivial_trace",
     "self_corrections",
+    "trace_stats",
 ]

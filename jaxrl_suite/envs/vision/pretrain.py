@@ -27,11 +27,11 @@ with probability `caption_share`, else a tagged document.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TEST_BUCKETS, stable_hash
+from jaxrl_suite.envs.text.base import TEST_BUCKETS, Example, Task, split_index, stable_hash
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, MAX_DRAWS
 from jaxrl_suite.envs.vision.scene import (
     Scene,
@@ -167,4 +167,72 @@ class PretrainCorpus:
         return render_scenes(doc.scenes)
 
 
-__all__ = ["DOC_KINDS", "TAGGED_DOMAINS", "PretrainCorpus", "PretrainDoc"]
+class PretrainMeta(NamedTuple):
+    """`Example.meta` of a `PretrainTask` example: the document's scenes, kind, correction."""
+
+    scenes: tuple[Scene, ...]
+    kind: str
+    corrected: bool
+
+
+_SPLIT_OFFSET = 10**12  # the test split's documents start here (never reached by training)
+_RETRY_STRIDE = 10**9  # a document too long for max_chars is replaced by index + k * stride
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainTask(Task):
+    """The corpus as a `Task`, so the SFT trainer pretrains on it: example i is document i cut
+    into a prompt (a caption: IMAGE_MARKER; a tagged document: up to and including
+    "Assistant: <think>") and its continuation, the `solution` the loss is taken on (the rest
+    of the document). Documents longer than `max_chars` characters after the prompt are
+    replaced by the first that fits of document(i + k * 1e9), k = 1, 2, ... (deterministic; a
+    fixed sequence length). The test split reads documents from 1e12 on. `score` is 1.0 for
+    an exact continuation (the stripped completion equals the solution)."""
+
+    name: ClassVar[str] = "vision_pretrain"
+    max_images: ClassVar[int] = 1
+    seed: int = 0
+    caption_share: float = 0.5
+    correction_share: float = 0.05
+    objects: tuple[int, int] = (1, 6)
+    max_chars: int = 255
+
+    def __post_init__(self):
+        self.corpus  # noqa: B018 - validates the corpus fields
+        if self.max_chars < 64:
+            raise ValueError(f"PretrainTask: max_chars must be >= 64, got {self.max_chars}")
+
+    @property
+    def corpus(self) -> PretrainCorpus:
+        return PretrainCorpus(seed=self.seed, caption_share=self.caption_share,
+                              correction_share=self.correction_share, objects=self.objects)
+
+    @staticmethod
+    def _cut(doc: PretrainDoc) -> tuple[str, str]:
+        if doc.kind == "caption":
+            return IMAGE_MARKER, doc.text[len(IMAGE_MARKER):]
+        head, tail = doc.text.split(THINK_OPEN, 1)
+        return head + THINK_OPEN, tail
+
+    def _generate(self, rng: np.random.Generator) -> Example:
+        return self.example("train", int(rng.integers(_RETRY_STRIDE)))
+
+    def example(self, split: str, index: int) -> Example:
+        base = index + (_SPLIT_OFFSET if split_index(split) == 1 else 0)
+        corpus = self.corpus
+        for k in range(MAX_DRAWS):
+            doc = corpus.document(base + k * _RETRY_STRIDE)
+            prompt, rest = self._cut(doc)
+            if len(rest) <= self.max_chars:
+                return Example(prompt, rest, PretrainMeta(doc.scenes, doc.kind, doc.corrected))
+        raise RuntimeError(f"{self!r}: no document of <= {self.max_chars} chars")
+
+    def solution(self, ex: Example) -> str:
+        return ex.answer
+
+    def score(self, completion: str, ex: Example) -> float:
+        return float(completion.strip() == ex.answer.strip())
+
+
+__all__ = ["DOC_KINDS", "TAGGED_DOMAINS", "PretrainCorpus", "PretrainDoc", "PretrainMeta",
+           "PretrainTask"]

@@ -114,3 +114,29 @@ def test_bad_options_raise():
         PretrainCorpus(objects=(0, 3))
     with pytest.raises(ValueError, match="index must be >= 0"):
         PretrainCorpus().document(-1)
+
+
+def test_pretrain_task_cuts_each_document_into_prompt_and_continuation():
+    from jaxrl_suite.envs.vision import PretrainTask
+
+    task = PretrainTask(max_chars=120)
+    corpus = task.corpus
+    for i, ex in enumerate(task.examples("train", 0, 200)):
+        assert len(task.solution(ex)) <= 120
+        assert task.score(task.solution(ex), ex) == 1.0 and task.score("x", ex) == 0.0
+        if ex.meta.kind == "caption":
+            assert ex.prompt == IMAGE_MARKER and len(ex.meta.scenes) == 1
+        else:
+            assert ex.prompt.startswith("User: ") and ex.prompt.endswith("Assistant: <think>")
+        doc = corpus.document(i)
+        rest = doc.text.split("<think>", 1)[1] if doc.kind == "tagged" else \
+            doc.text[len(IMAGE_MARKER):]
+        if len(rest) <= 120:  # short enough: document i itself
+            assert ex.prompt + ex.answer == doc.text
+    test = task.example("test", 0)
+    assert test.prompt + test.answer in {corpus.document(10**12 + k * 10**9).text
+                                         for k in range(20)}  # the test split's own documents
+    with pytest.raises(ValueError, match="max_chars"):
+        PretrainTask(max_chars=10)
+    with pytest.raises(ValueError, match="correction_share"):
+        PretrainTask(correction_share=2.0)

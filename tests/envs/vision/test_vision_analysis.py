@@ -89,3 +89,38 @@ def test_the_tasks_traces_are_grounded_and_not_trivial():
         assert grounded_fact_rate(span, ex.meta.scenes[0]) == 1.0
         assert not is_trivial_trace(span, ex.prompt)
         assert self_corrections(span, ex.meta.scenes[0]) == []
+
+
+def test_trace_stats_counts_by_hand():
+    from jaxrl_suite.envs.vision import SpatialQATask, trace_stats
+
+    task = SpatialQATask()
+    ex = task.examples("test", 0, 3)
+    o = ex[0].meta.scenes[0].objects[0]
+    wrong = (o.x + 1) % 4
+    texts = [task.solution(ex[0]),  # true facts only
+             f" {o.name} at ({wrong},{o.y}), wait, no: at ({o.x},{o.y}).</think><answer>1</answer>",
+             "<answer>1</answer>"]  # no closed think block: trivial
+    s = trace_stats(texts, [ex[0]] * 3)
+    n_true = len(grounded_facts(texts[0][: texts[0].index("</think>")], ex[0].meta.scenes[0]))
+    assert s["think_rate"] == pytest.approx(2 / 3) and s["trivial_rate"] == pytest.approx(1 / 3)
+    assert s["facts"] == n_true + 2
+    assert s["grounded_fact_rate"] == pytest.approx((n_true + 1) / (n_true + 2))
+    assert s["self_correction_rate"] == pytest.approx(1 / 3)
+    assert s["corrections"] == 1 and s["correction_fix_share"] == 1.0
+    empty = trace_stats(["<answer>1</answer>"], ex[:1])
+    assert empty["grounded_fact_rate"] is None and empty["correction_fix_share"] is None
+    with pytest.raises(ValueError, match="2 completions for 3"):
+        trace_stats(texts[:2], ex)
+
+
+@pytest.mark.parametrize("curve, want", [
+    ([10, 8, 6, 5, 5, 6, 8, 10], True),  # dips, then grows
+    ([10, 10, 10, 10], False),  # flat
+    ([5, 6, 7, 8, 9], False),  # only grows
+    ([10, 8, 6, 5, 4, 3], False),  # only dips
+])
+def test_dip_then_grow(curve, want):
+    from jaxrl_suite.envs.vision import dip_then_grow
+
+    assert dip_then_grow(curve, window=1) is want
