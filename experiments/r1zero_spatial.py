@@ -26,6 +26,7 @@ from jaxrl_suite.core.config import (
     Count,
     NonNegative,
     NonNegativeInt,
+    Probability,
     UnitInterval,
     check_fields,
     to_dict,
@@ -55,7 +56,8 @@ class PretrainConfig:
     batch_size: Count = 32  # documents per step
     lr: NonNegative = 1e-3  # peak AdamW rate (warm-up, cosine to 10 % over `steps`)
     warmup_steps: NonNegativeInt = 50
-    caption_share: UnitInterval = 0.5  # captions; the rest tagged think/answer documents
+    caption_share: UnitInterval = 0.5  # image documents; the rest tagged think/answer ones
+    question_share: Probability = 0.0  # image documents that ask an attribute question
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)
     prompt_len: Count = 112  # a document's prompt: "<image>" or a tagged question
@@ -101,13 +103,11 @@ class Config:
 
 
 def spatial(cfg: Config, style: str, length_per_token: float = 0.0, seed: int = 0):
-    return vision.SpatialQATask(seed=cfg.task.seed + seed, prompt_style=style,
-                         length_per_token=length_per_token)
+    return vision.SpatialQATask(cfg.task.seed + seed, style, length_per_token=length_per_token)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:
-    t_start = time.perf_counter()
-    tasks = {s: spatial(cfg, s) for s in ("think", "direct")}
+    t_start, tasks = time.perf_counter(), {s: spatial(cfg, s) for s in ("think", "direct")}
     study = kit.LMStudy(NAME, cfg, opts, variants=cfg.variants.names, task=tasks["think"])
     g, p = cfg.grpo, cfg.pretrain
     held_out = {s: t.examples("test", 0, cfg.eval.num_examples) for s, t in tasks.items()}
@@ -134,8 +134,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     checks = tasks["think"].examples("train", VALIDATION_START, p.check_examples)  # TRAINING
     # (1) pretraining: the base model, stopped by the start rule
-    pre_task = vision.PretrainTask(seed=cfg.task.seed, caption_share=p.caption_share,
-                            correction_share=p.correction_share, max_chars=p.max_chars)
+    pre_task = vision.PretrainTask(seed=cfg.task.seed, max_chars=p.max_chars, **{
+        k: getattr(p, k) for k in ("caption_share", "correction_share", "question_share")})
     pre = SFTTrainer(study.lm.model, study.lm.tokenizer, pre_task, kit.SFTConfig(
         steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=p.warmup_steps),
         mesh=study.lm.mesh, prompt_len=p.prompt_len, max_new_tokens=p.max_chars + 1)

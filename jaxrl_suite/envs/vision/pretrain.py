@@ -12,16 +12,27 @@ this corpus puts those latent abilities there on purpose, and only those:
     problems, counting a word in a list, comparing two numbers. Never the spatial QA format: no
     image, no options, no spatial or scene words (the tests check);
   * self-correction: a small share (`correction_share`) of captions restate one object's cell
-    after a wrong one ("a red square at (2,3), wait, no: at (0,1)"), the corrected fact right.
+    after a wrong one ("a red square at (2,3), wait, no: at (0,1)"), the corrected fact right;
+  * the frame after an image: a share (`question_share`) of the image documents ask an
+    *attribute* question about their scene in spatial_qa's think frame, byte for byte
+    ("<image>User: What colour is the triangle?\nAssistant: <think>" + the scene's caption +
+    "</think><answer>blue</answer>"): the colour of the only object of its shape, or the shape
+    of the only object of its colour ("What shape is the blue object?"); scenes where neither
+    is unique are redrawn. Never a count, relation, depth or distance question, never options
+    (docs/r1zero.md: the base must have seen image -> `<think>` reading the scene -> `<answer>`,
+    which the anchor's base brings from interleaved pretraining; the spatial skills stay RL's).
 
-So the base model can describe a scene, can write the tag format, has seen "wait, no:" fix a
-fact, and has never been asked a spatial question. Captioned scenes are drawn like spatial_qa's
-(`scene.draw_scene`, 1..6 objects by default, legible) and are never held-out scenes: a scene
+So the base model can describe a scene, can write the tag format, also right after an image,
+has seen "wait, no:" fix a fact, and has never been asked a spatial question. Scenes are drawn
+like spatial_qa's (`scene.draw_scene`, 1..6 objects by default, legible) and are never held-out
+scenes: a scene
 whose key falls in the test bucket (the Task hash rule) is redrawn, so no spatial_qa test scene
 is ever seen in pretraining.
 
-Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: a caption
-with probability `caption_share`, else a tagged document.
+Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: an image
+document with probability `caption_share` (of which `question_share` are attribute questions,
+the rest captions), else a tagged document. `question_share` 0 gives exactly the documents of
+the corpus before questions existed (its coin has its own stream).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from jaxrl_suite.envs.vision.scene import (
 from jaxrl_suite.rewards.format import answer_tags
 from jaxrl_suite.rewards.r1zero import THINK_CLOSE, THINK_OPEN
 
-DOC_KINDS = ("caption", "tagged")
+DOC_KINDS = ("caption", "question", "tagged")
 TAGGED_DOMAINS = ("arithmetic", "count_list", "compare")
 _NAMES = ("tom", "ana", "li", "sam", "eva", "max")
 _ITEMS = ("apples", "books", "coins", "cards", "stones", "pens")
@@ -53,16 +64,18 @@ _WORDS = ("cat", "dog", "bird", "fish", "frog", "bee")
 
 
 class PretrainDoc(NamedTuple):
-    """One document: its text (a caption starts with IMAGE_MARKER), its scenes (one for a
-    caption, none for a tagged document), its kind and whether it holds a self-correction."""
+    """One document: its text (a caption or question starts with IMAGE_MARKER), its scenes
+    (one for a caption or question, none for a tagged document), its kind and whether it holds
+    a self-correction."""
 
     text: str
     scenes: tuple[Scene, ...]
-    kind: str  # "caption" | "tagged"
+    kind: str  # one of DOC_KINDS
     corrected: bool = False
 
 
 def _caption(rng: np.random.Generator, scene: Scene, correct: bool) -> str:
+    """IMAGE_MARKER, then the scene's objects in reading order and its visible occlusions."""
     objs = sorted(scene.objects, key=lambda o: (o.y, o.x))  # reading order
     parts = [f"a {o.name} at {cell_text(*o.cell)}" for o in objs]
     if correct:
@@ -107,6 +120,26 @@ def _compare(rng: np.random.Generator) -> tuple[str, str, int]:
     return f"Which is {word}, {a} or {b}?", f"{a} {sign} {b}. {word}: {pick}.", pick
 
 
+def _attribute_question(rng: np.random.Generator, scene: Scene) -> tuple[str, str] | None:
+    """(question, one-word answer) about a uniquely identified object of `scene`: the colour of
+    the only object of its shape, or the shape of the only object of its colour; None when no
+    object is unique either way (the question would be ambiguous)."""
+    asks = []
+    for o in scene.objects:
+        if sum(p.shape == o.shape for p in scene.objects) == 1:
+            asks.append((f"What colour is the {o.shape}?", o.colour))
+        if sum(p.colour == o.colour for p in scene.objects) == 1:
+            asks.append((f"What shape is the {o.colour} object?", o.shape))
+    return asks[int(rng.integers(len(asks)))] if asks else None
+
+
+def _framed(question: str, think: str, answer: str, image: bool = False) -> str:
+    """spatial_qa's think frame (its prompt less the options): "[IMAGE_MARKER]User: question
+    \\nAssistant: <think>think</think><answer>answer</answer>"."""
+    head = f"{IMAGE_MARKER if image else ''}User: {question}\nAssistant: {THINK_OPEN}"
+    return f"{head}{think}{THINK_CLOSE}{answer_tags(answer)}"
+
+
 # domain -> rng -> (question, reasoning, answer)
 _DOMAINS = {"arithmetic": _arithmetic, "count_list": _count_list, "compare": _compare}
 assert tuple(_DOMAINS) == TAGGED_DOMAINS
@@ -115,25 +148,27 @@ assert tuple(_DOMAINS) == TAGGED_DOMAINS
 def _tagged(rng: np.random.Generator) -> str:
     domain = TAGGED_DOMAINS[int(rng.integers(len(TAGGED_DOMAINS)))]
     q, think, ans = _DOMAINS[domain](rng)
-    return f"User: {q}\nAssistant: {THINK_OPEN}{think}{THINK_CLOSE}{answer_tags(str(ans))}"
+    return _framed(q, think, str(ans))
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainCorpus:
     """The base VLM's pretraining documents (module docstring).
 
-    Fields: `caption_share` of documents that are (image, caption) pairs, the rest text-only
-    tagged documents; `correction_share` of captions with a self-correction; `objects` the
-    inclusive range of objects per captioned scene.
+    Fields: `caption_share` of documents that show an image, the rest text-only tagged
+    documents; `question_share` of the image documents that are attribute questions in the
+    think frame, the rest (image, caption) pairs; `correction_share` of captions with a
+    self-correction; `objects` the inclusive range of objects per scene.
     """
 
     seed: int = 0
     caption_share: float = 0.5
     correction_share: float = 0.05
     objects: tuple[int, int] = (1, 6)
+    question_share: float = 0.0
 
     def __post_init__(self):
-        for field in ("caption_share", "correction_share"):
+        for field in ("caption_share", "correction_share", "question_share"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 raise ValueError(f"PretrainCorpus: {field} must be in [0, 1], got "
                                  f"{getattr(self, field)}")
@@ -150,11 +185,19 @@ class PretrainCorpus:
         if rng.random() >= self.caption_share:
             return PretrainDoc(_tagged(rng), (), "tagged")
         correct = bool(rng.random() < self.correction_share)
+        ask = np.random.default_rng([self.seed, index, 1]).random() < self.question_share
         lo, hi = self.objects
         for _ in range(MAX_DRAWS):
             scene = draw_scene(rng, int(rng.integers(lo, hi + 1)))
-            if stable_hash(scene_key(scene)) % TEST_BUCKETS and legible(scene):
+            if not (stable_hash(scene_key(scene)) % TEST_BUCKETS and legible(scene)):
+                continue
+            if not ask:
                 return PretrainDoc(_caption(rng, scene, correct), (scene,), "caption", correct)
+            qa = _attribute_question(rng, scene)
+            if qa is not None:
+                think = _caption(rng, scene, False)[len(IMAGE_MARKER):]
+                return PretrainDoc(_framed(qa[0], think, qa[1], image=True), (scene,),
+                                   "question")
         raise RuntimeError(f"{self!r}: no training scene found in {MAX_DRAWS} draws")
 
     def documents(self, start: int, n: int) -> list[PretrainDoc]:
@@ -182,7 +225,7 @@ _RETRY_STRIDE = 10**9  # a document too long for max_chars is replaced by index 
 @dataclasses.dataclass(frozen=True)
 class PretrainTask(Task):
     """The corpus as a `Task`, so the SFT trainer pretrains on it: example i is document i cut
-    into a prompt (a caption: IMAGE_MARKER; a tagged document: up to and including
+    into a prompt (a caption: IMAGE_MARKER; a question or tagged document: up to and including
     "Assistant: <think>") and its continuation, the `solution` the loss is taken on (the rest
     of the document). Documents longer than `max_chars` characters after the prompt are
     replaced by the first that fits of document(i + k * 1e9), k = 1, 2, ... (deterministic; a
@@ -196,6 +239,7 @@ class PretrainTask(Task):
     correction_share: float = 0.05
     objects: tuple[int, int] = (1, 6)
     max_chars: int = 255
+    question_share: float = 0.0
 
     def __post_init__(self):
         self.corpus  # noqa: B018 - validates the corpus fields
@@ -205,7 +249,8 @@ class PretrainTask(Task):
     @property
     def corpus(self) -> PretrainCorpus:
         return PretrainCorpus(seed=self.seed, caption_share=self.caption_share,
-                              correction_share=self.correction_share, objects=self.objects)
+                              correction_share=self.correction_share, objects=self.objects,
+                              question_share=self.question_share)
 
     @staticmethod
     def _cut(doc: PretrainDoc) -> tuple[str, str]:

@@ -140,3 +140,105 @@ def test_pretrain_task_cuts_each_document_into_prompt_and_continuation():
         PretrainTask(max_chars=10)
     with pytest.raises(ValueError, match="correction_share"):
         PretrainTask(correction_share=2.0)
+
+
+# ---- attribute questions in the think frame (question_share) ----
+NQ = 4000
+CATEGORY_WORDS = ("how many", "count", "number", "left", "right", "above", "below", "closer",
+                  "nearer", "near", "front", "camera", "viewer", "cover", "distance", "Options",
+                  "(A)")
+FRAME = "\nAssistant: <think>"
+
+
+@pytest.fixture(scope="module")
+def asked():
+    corpus = PretrainCorpus(question_share=0.5)
+    return corpus, corpus.documents(0, NQ)
+
+
+def test_question_shares(asked):
+    _, got = asked
+    share = {k: sum(d.kind == k for d in got) / NQ for k in ("caption", "question", "tagged")}
+    assert abs(share["question"] - 0.25) < 0.03 and abs(share["caption"] - 0.25) < 0.03
+    assert abs(share["tagged"] - 0.5) < 0.03
+    assert not any(d.corrected for d in got if d.kind == "question")
+    only = PretrainCorpus(question_share=1.0).documents(0, 200)
+    assert {d.kind for d in only} == {"question", "tagged"}
+    # share 0 is the corpus before questions existed: the same documents, index by index
+    assert PretrainCorpus(question_share=0.0).documents(0, 200) == PretrainCorpus().documents(
+        0, 200) and "question" not in {d.kind for d in PretrainCorpus().documents(0, 200)}
+    again = PretrainCorpus(question_share=0.5).documents(100, 50)
+    assert again == got[100:150]  # deterministic by (seed, index)
+
+
+def _recomputed_answer(question: str, scene) -> str:
+    """The answer from the scene alone: the one object the question names, its attribute."""
+    m = re.fullmatch(r"What colour is the (\w+)\?", question)
+    if m:
+        (obj,) = [o for o in scene.objects if o.shape == m.group(1)]  # uniquely identified
+        return obj.colour
+    m = re.fullmatch(r"What shape is the (\w+) object\?", question)
+    assert m, question
+    (obj,) = [o for o in scene.objects if o.colour == m.group(1)]
+    return obj.shape
+
+
+def test_questions_answer_an_attribute_recomputed_from_the_scene(asked):
+    _, got = asked
+    kinds = set()
+    for d in (d for d in got if d.kind == "question"):
+        (scene,) = d.scenes
+        question = re.match(r"<image>User: (.*)\n", d.text).group(1)
+        answer = re.fullmatch(r".*</think><answer>(\w+)</answer>", d.text, re.S).group(1)
+        assert answer == _recomputed_answer(question, scene), d.text
+        assert answer in OBJECT_COLOURS + SHAPES
+        kinds.add("colour" if question.startswith("What colour") else "shape")
+        assert not any(w in question.lower() for w in map(str.lower, CATEGORY_WORDS)), question
+        assert stable_hash(scene_key(scene)) % 10  # never a held-out scene
+    assert kinds == {"colour", "shape"}
+
+
+def test_question_think_text_is_the_scene_caption(asked):
+    corpus, got = asked
+    for d in (d for d in got if d.kind == "question"):
+        (scene,) = d.scenes
+        think = d.text.split(FRAME, 1)[1].split("</think>", 1)[0]
+        n = len(scene.objects)
+        assert think.startswith(f"{n} object{'' if n == 1 else 's'}: ")
+        for o in scene.objects:
+            assert f"a {o.colour} {o.shape} at ({o.x},{o.y})" in think
+        assert all(f.holds for f in grounded_facts(think, scene)), think
+        assert corpus.images(d).shape == (1, 32, 32, 3)
+
+
+def test_question_frame_is_spatial_qa_think_frame(asked):
+    from jaxrl_suite.envs.vision import SpatialQATask
+
+    _, got = asked
+    ref = SpatialQATask(prompt_style="think")
+    for ex in ref.examples("train", 0, 8):  # the frame around spatial_qa's question + options
+        asked_part = ex.meta.question + " Options: " + ex.prompt.split(" Options: ", 1)[1][
+            : -len(FRAME)]
+        frame = ex.prompt.replace(asked_part, "{}")
+        assert frame == IMAGE_MARKER + "User: {}" + FRAME, frame
+        assert think_answer_format(ref.solution(ex)) == 1.0
+    for d in [d for d in got if d.kind == "question"][:200]:
+        prompt, completion = d.text.split(FRAME, 1)
+        question = prompt[len(IMAGE_MARKER + "User: "):]
+        assert d.text.replace(question, "{}", 1).startswith(frame)
+        assert think_answer_format(completion) == 1.0  # the prompt's <think> counted
+
+
+def test_pretrain_task_cuts_a_question_at_the_think_frame():
+    from jaxrl_suite.envs.vision import PretrainTask
+
+    task = PretrainTask(question_share=0.5, max_chars=200)
+    examples = task.examples("train", 0, 300)
+    questions = [ex for ex in examples if ex.meta.kind == "question"]
+    assert len(questions) > 40
+    for ex in questions:
+        assert ex.prompt.startswith(IMAGE_MARKER + "User: ") and ex.prompt.endswith(FRAME)
+        assert len(ex.meta.scenes) == 1 and len(task.solution(ex)) <= 200
+        assert task.solution(ex).endswith("</answer>")
+    with pytest.raises(ValueError, match="question_share must be in"):
+        PretrainCorpus(question_share=-0.1)
