@@ -27,6 +27,7 @@ from jaxrl_suite.core.config import (
     NonNegative,
     NonNegativeInt,
     Probability,
+    Seed,
     UnitInterval,
     check_fields,
     to_dict,
@@ -78,10 +79,11 @@ class PretrainConfig:
 class VariantsConfig:
     names: tuple[str, ...] = tuple(VARIANTS)  # which variants to train
     # seeds of the variants other than r1zero (null: run.seeds); fewer to fit a time budget
-    control_seeds: tuple[int, ...] | None = None
+    control_seeds: tuple[Seed, ...] | None = None
     length_per_token: NonNegative = 0.001  # the "length" variant's reward per completion byte
 
     def __post_init__(self):
+        check_fields(self, "variants.")
         check_variants(self.names, VARIANTS, "variants.names")
 
 
@@ -186,10 +188,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         return {**evaluate(state.params, VARIANTS[variant][1]),
                 "wall_time_s": time.perf_counter() - t0}
 
-    main = [v for v in cfg.variants.names if v == "r1zero"]
-    controls = [v for v in cfg.variants.names if v != "r1zero"]
-    studies = [Study(NAME, opts, main, cfg.run.seeds),
-               Study(NAME, opts, controls, cfg.variants.control_seeds or cfg.run.seeds)]
+    studies = [Study(NAME, opts, [v for v in cfg.variants.names if v == "r1zero"], cfg.run.seeds),
+               Study(NAME, opts, [v for v in cfg.variants.names if v != "r1zero"],
+                     cfg.variants.control_seeds or cfg.run.seeds)]
     results, stats = {}, {}
     for s in studies:
         if s.variants:
@@ -226,10 +227,9 @@ def _claims(stats: dict, start: dict, main: Study) -> dict:
         r = stats["r1zero"]["greedy_accuracy"]["per_seed"]
         up = vs("r1zero", "base_think")
         both = {"over_base": up, "greedy": {"r1zero": r, "base": base["greedy_accuracy"]}}
-        beats_sft = True
         if "sft" in have:
             both["over_sft"] = vs("r1zero", "sft")
-            beats_sft = both["over_sft"]["difference"] > 0
+        beats_sft = "sft" not in have or both["over_sft"]["difference"] > 0
         gain = all(x > base["greedy_accuracy"] for x in r)
         out["cvbench_gain"] = {"paper": "59.47 % on CVBench, about +30 % over the base and +2 % "
                                "over SFT", **both,

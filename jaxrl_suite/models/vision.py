@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Annotated
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_suite.core.config import Count, Positive, check_fields
+from jaxrl_suite.core.config import Count, Positive, Range, check_fields
 from jaxrl_suite.models.lm import apply_rope
 
 # The OpenAI CLIP normalisation (HF's OPENAI_CLIP_MEAN / OPENAI_CLIP_STD), Qwen2-VL's default
@@ -68,8 +69,9 @@ class VisionConfig:
     rope_theta: Positive = 10000.0  # base of the 2-D RoPE [rope_parameters.rope_theta]
     norm_eps: Positive = 1e-6  # LayerNorm epsilon (HF fixes 1e-6)
     hidden_act: str = "quick_gelu"  # the blocks' MLP activation: "quick_gelu" | "gelu"
-    image_mean: tuple[float, ...] = CLIP_MEAN  # per-channel normalisation (preprocessor config)
-    image_std: tuple[float, ...] = CLIP_STD
+    # per-channel normalisation (preprocessor config): any finite mean, a positive scale
+    image_mean: tuple[Annotated[float, Range()], ...] = CLIP_MEAN
+    image_std: tuple[Positive, ...] = CLIP_STD
 
     def __post_init__(self):
         check_fields(self, "vision.")
@@ -85,8 +87,6 @@ class VisionConfig:
             if len(value) != self.in_channels:
                 raise ValueError(f"VisionConfig.{name} has {len(value)} values, in_channels is "
                                  f"{self.in_channels}")
-        if min(self.image_std) <= 0:
-            raise ValueError(f"VisionConfig.image_std must be positive, got {self.image_std}")
 
     @property
     def head_dim(self) -> int:

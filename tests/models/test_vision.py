@@ -112,7 +112,7 @@ def test_tower_shapes_names_and_images_are_independent(tower):
     ("n_heads", 3, "n_heads=3"),
     ("hidden_act", "relu", "hidden_act"),
     ("image_mean", (0.5, 0.5), "image_mean has 2 values"),
-    ("image_std", (1.0, 0.0, 1.0), "image_std must be positive"),
+    ("image_std", (1.0, 0.0, 1.0), "'vision.image_std\\[1\\]' must be > 0"),
     ("patch_size", 0, "patch_size"),
 ])
 def test_bad_config_names_the_field(field, value, match):
