@@ -16,7 +16,13 @@ from jaxrl_suite.envs.vision.analysis import (
     self_corrections,
     trace_stats,
 )
-from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, accuracy_by, batch_images
+from jaxrl_suite.envs.vision.base import (
+    IMAGE_MARKER,
+    VisionTask,
+    accuracy_by,
+    batch_images,
+    options_text,
+)
 from jaxrl_suite.envs.vision.maze import (
     MOVES,
     GridMap,
@@ -107,6 +113,7 @@ __all__ = [
     "grounded_facts",
     "is_trivial_trace",
     "label_map",
+    "options_text",
     "render",
     "render_scenes",
     "scene_key",

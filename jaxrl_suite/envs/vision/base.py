@@ -17,6 +17,7 @@ example stays a pure function of (params, seed, split, index).
 from __future__ import annotations
 
 import abc
+import string
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -27,6 +28,14 @@ from jaxrl_suite.envs.vision.scene import Scene, render_scenes, scenes_key
 
 IMAGE_MARKER = "<image>"  # one per image in a prompt, in the order of meta.scenes
 MAX_DRAWS = 10_000  # resampling bound of `VisionTask.example`
+
+
+def options_text(options: Sequence[str], letters: bool) -> str:
+    """A question's option list as prompts write it: "(A) red (B) blue" when `letters` (as the
+    CVBench-like held-out set), else "red, green or blue"."""
+    if letters:
+        return " ".join(f"({string.ascii_uppercase[i]}) {o}" for i, o in enumerate(options))
+    return ", ".join(options[:-1]) + " or " + options[-1]
 
 
 class VisionTask(Task):
@@ -108,4 +117,5 @@ def accuracy_by(labels: Sequence, scores: Sequence[float]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in sorted(out.items())}
 
 
-__all__ = ["IMAGE_MARKER", "MAX_DRAWS", "VisionTask", "accuracy_by", "batch_images"]
+__all__ = ["IMAGE_MARKER", "MAX_DRAWS", "VisionTask", "accuracy_by", "batch_images",
+           "options_text"]

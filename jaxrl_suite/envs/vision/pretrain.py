@@ -14,13 +14,17 @@ this corpus puts those latent abilities there on purpose, and only those:
   * self-correction: a small share (`correction_share`) of captions restate one object's cell
     after a wrong one ("a red square at (2,3), wait, no: at (0,1)"), the corrected fact right;
   * the frame after an image: a share (`question_share`) of the image documents ask an
-    *attribute* question about their scene in spatial_qa's think frame, byte for byte
-    ("<image>User: What colour is the triangle?\nAssistant: <think>" + the scene's caption +
-    "</think><answer>blue</answer>"): the colour of the only object of its shape, or the shape
-    of the only object of its colour ("What shape is the blue object?"); scenes where neither
-    is unique are redrawn. Never a count, relation, depth or distance question, never options
-    (docs/r1zero.md: the base must have seen image -> `<think>` reading the scene -> `<answer>`,
-    which the anchor's base brings from interleaved pretraining; the spatial skills stay RL's).
+    *attribute* question about their scene in spatial_qa's think frame with its option list,
+    byte for byte ("<image>User: What colour is the triangle? Options: red, blue or
+    cyan\nAssistant: <think>" + the scene's caption + "</think><answer>blue</answer>"): the
+    colour of the only object of its shape, or the shape of the only object of its colour
+    ("What shape is the blue object?"), the right word among 2-4 options drawn from the same
+    vocabulary (colours or shapes), shuffled, lettered "(A) blue (B) red" on half of them as
+    the held-out set letters its options; the answer is the word. Scenes where neither
+    attribute is unique are redrawn. Never a count, relation, depth or distance question
+    (docs/r1zero.md: the base must have seen image -> `<think>` reading the scene -> picking
+    one of the offered options in `<answer>`, which the anchor's base brings from interleaved
+    pretraining; the spatial skills stay RL's).
 
 So the base model can describe a scene, can write the tag format, also right after an image,
 has seen "wait, no:" fix a fact, and has never been asked a spatial question. Scenes are drawn
@@ -43,8 +47,10 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TEST_BUCKETS, Example, Task, split_index, stable_hash
-from jaxrl_suite.envs.vision.base import IMAGE_MARKER, MAX_DRAWS
+from jaxrl_suite.envs.vision.base import IMAGE_MARKER, MAX_DRAWS, options_text
 from jaxrl_suite.envs.vision.scene import (
+    OBJECT_COLOURS,
+    SHAPES,
     Scene,
     cell_text,
     draw_scene,
@@ -121,16 +127,24 @@ def _compare(rng: np.random.Generator) -> tuple[str, str, int]:
 
 
 def _attribute_question(rng: np.random.Generator, scene: Scene) -> tuple[str, str] | None:
-    """(question, one-word answer) about a uniquely identified object of `scene`: the colour of
-    the only object of its shape, or the shape of the only object of its colour; None when no
-    object is unique either way (the question would be ambiguous)."""
+    """(question with its options, one-word answer) about a uniquely identified object of
+    `scene`: the colour of the only object of its shape, or the shape of the only object of its
+    colour, then " Options: " and the answer among 2-4 words of its vocabulary (shuffled;
+    lettered with probability 1/2); None when no object is unique either way."""
     asks = []
     for o in scene.objects:
         if sum(p.shape == o.shape for p in scene.objects) == 1:
-            asks.append((f"What colour is the {o.shape}?", o.colour))
+            asks.append((f"What colour is the {o.shape}?", o.colour, OBJECT_COLOURS))
         if sum(p.colour == o.colour for p in scene.objects) == 1:
-            asks.append((f"What shape is the {o.colour} object?", o.shape))
-    return asks[int(rng.integers(len(asks)))] if asks else None
+            asks.append((f"What shape is the {o.colour} object?", o.shape, SHAPES))
+    if not asks:
+        return None
+    question, answer, words = asks[int(rng.integers(len(asks)))]
+    others = [w for w in words if w != answer]
+    picked = rng.choice(len(others), size=int(rng.integers(1, 4)), replace=False)
+    options = [answer] + [others[int(i)] for i in picked]
+    options = [options[int(i)] for i in rng.permutation(len(options))]
+    return f"{question} Options: {options_text(options, bool(rng.integers(2)))}", answer
 
 
 def _framed(question: str, think: str, answer: str, image: bool = False) -> str:

@@ -43,7 +43,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example, Verdicts
-from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask
+from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, options_text
 from jaxrl_suite.envs.vision.scene import (
     OBJECT_COLOURS,
     RELATION_PHRASES,
@@ -97,12 +97,6 @@ class SpatialMeta(NamedTuple):
     options: tuple[str, ...]  # in prompt order
     golds: tuple[str, ...]  # accepted answers: the option's text (and its letter on test)
     trace: str  # the cell-level think trace (true facts, analysis.py's grammar)
-
-
-def _options_text(options: Sequence[str], letters: bool) -> str:
-    if letters:
-        return " ".join(f"({string.ascii_uppercase[i]}) {o}" for i, o in enumerate(options))
-    return ", ".join(options[:-1]) + " or " + options[-1]
 
 
 def _listing(objects: Sequence[SceneObject]) -> str:
@@ -224,7 +218,7 @@ class SpatialQATask(VisionTask):
         question = templates[int(rng.integers(len(templates)))].format(**fields)
         letters = split == "test"
         golds = (answer, string.ascii_uppercase[options.index(answer)]) if letters else (answer,)
-        prompt = (f"{IMAGE_MARKER}User: {question} Options: {_options_text(options, letters)}"
+        prompt = (f"{IMAGE_MARKER}User: {question} Options: {options_text(options, letters)}"
                   f"\nAssistant:" + (" <think>" if self.prompt_style == "think" else ""))
         return Example(prompt, answer, SpatialMeta(scenes, category, question, options, golds,
                                                    trace))
@@ -269,7 +263,7 @@ class SpatialQATask(VisionTask):
                    "a": name, "b": name, "c": name, "pair": max(_PAIR, key=len)}
         question = max(len(t.format(**longest)) for c in self.categories
                        for split in TEMPLATES[c].values() for t in split)
-        options = max(len(_options_text((name, name), True)), len(_options_text(("99",) * 3,
+        options = max(len(options_text((name, name), True)), len(options_text(("99",) * 3,
                                                                                  True)))
         return len(f"{IMAGE_MARKER}User:  Options: \nAssistant: <think>") + question + options
 

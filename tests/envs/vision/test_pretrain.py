@@ -145,8 +145,7 @@ def test_pretrain_task_cuts_each_document_into_prompt_and_continuation():
 # ---- attribute questions in the think frame (question_share) ----
 NQ = 4000
 CATEGORY_WORDS = ("how many", "count", "number", "left", "right", "above", "below", "closer",
-                  "nearer", "near", "front", "camera", "viewer", "cover", "distance", "Options",
-                  "(A)")
+                  "nearer", "near", "front", "camera", "viewer", "cover", "distance")
 FRAME = "\nAssistant: <think>"
 
 
@@ -186,16 +185,27 @@ def _recomputed_answer(question: str, scene) -> str:
 def test_questions_answer_an_attribute_recomputed_from_the_scene(asked):
     _, got = asked
     kinds = set()
+    lettered = []
     for d in (d for d in got if d.kind == "question"):
         (scene,) = d.scenes
-        question = re.match(r"<image>User: (.*)\n", d.text).group(1)
+        question, listed = re.match(r"<image>User: (.*) Options: (.*)\n", d.text).groups()
         answer = re.fullmatch(r".*</think><answer>(\w+)</answer>", d.text, re.S).group(1)
         assert answer == _recomputed_answer(question, scene), d.text
         assert answer in OBJECT_COLOURS + SHAPES
         kinds.add("colour" if question.startswith("What colour") else "shape")
         assert not any(w in question.lower() for w in map(str.lower, CATEGORY_WORDS)), question
         assert stable_hash(scene_key(scene)) % 10  # never a held-out scene
+        # the options: the answer among 2-4 distinct words of its vocabulary, as spatial_qa
+        # lists them ("a, b or c"; "(A) a (B) b" lettered)
+        lettered.append(listed.startswith("(A) "))
+        options = (re.findall(r"\([A-D]\) (\w+)", listed) if lettered[-1]
+                   else re.fullmatch(r"(.*) or (\w+)", listed).group(1).split(", ")
+                   + [listed.rsplit(" or ", 1)[1]])
+        vocabulary = OBJECT_COLOURS if answer in OBJECT_COLOURS else SHAPES
+        assert 2 <= len(options) <= 4 and len(set(options)) == len(options), listed
+        assert answer in options and set(options) <= set(vocabulary), listed
     assert kinds == {"colour", "shape"}
+    assert 0.4 < np.mean(lettered) < 0.6
 
 
 def test_question_think_text_is_the_scene_caption(asked):
