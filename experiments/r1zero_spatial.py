@@ -61,7 +61,7 @@ class PretrainConfig:
     question_share: Probability = 0.0  # image documents that ask an attribute question
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)
-    prompt_len: Count = 112  # a document's prompt: "<image>" or a tagged question
+    prompt_len: Count = 136  # a document's prompt: "<image>" or a tagged question (options: 131)
     # The start rule (docs/r1zero.md): every check_every steps, check_examples TRAINING
     # questions (index 10^7 on) x grpo.group_size samples at grpo.temperature; stop at the first
     # check whose sampled accuracy >= stop_accuracy and whose share of groups with unequal
