@@ -58,14 +58,14 @@ class PretrainConfig:
     lr: NonNegative = 1e-3  # peak AdamW rate (warm-up, cosine to 10 % over `steps`)
     warmup_steps: NonNegativeInt = 50
     caption_share: UnitInterval = 0.5  # image documents; the rest tagged think/answer ones
-    question_share: Probability = 0.0  # image documents that ask an attribute question
+    question_share: Probability = 0.0  # image documents that ask a question (options listed)
+    presence_share: Probability = 0.0  # of those: "which of these objects is in the image?"
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)
-    prompt_len: Count = 136  # a document's prompt: "<image>" or a tagged question (options: 131)
-    # The start rule (docs/r1zero.md): every check_every steps, check_examples TRAINING
-    # questions (index 10^7 on) x grpo.group_size samples at grpo.temperature; stop at the first
-    # check whose sampled accuracy >= stop_accuracy and whose share of groups with unequal
-    # rewards >= min_nondegenerate (null stop_accuracy: all `steps`).
+    prompt_len: Count = 176  # a document's prompt: "<image>" or a question (the longest: 169)
+    # The start rule (docs/r1zero.md): every check_every steps, check_examples TRAINING questions
+    # x grpo.group_size samples; stop at the first check with sampled accuracy >= stop_accuracy
+    # and a share >= min_nondegenerate of groups with unequal rewards (null: all `steps`).
     check_every: Count = 250
     check_examples: Count = 32
     stop_accuracy: UnitInterval | None = 0.3
@@ -137,7 +137,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     checks = tasks["think"].examples("train", VALIDATION_START, p.check_examples)  # TRAINING
     # (1) pretraining: the base model, stopped by the start rule
     pre_task = vision.PretrainTask(seed=cfg.task.seed, max_chars=p.max_chars, **{
-        k: getattr(p, k) for k in ("caption_share", "correction_share", "question_share")})
+        k: getattr(p, k) for k in ("caption_share", "correction_share", "question_share",
+                                   "presence_share")})
     pre = SFTTrainer(study.lm.model, study.lm.tokenizer, pre_task, kit.SFTConfig(
         steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=p.warmup_steps),
         mesh=study.lm.mesh, prompt_len=p.prompt_len, max_new_tokens=p.max_chars + 1)
@@ -214,8 +215,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 def _claims(stats: dict, start: dict, main: Study) -> dict:
     """One verdict per claim from the numbers (docs/r1zero.md says what each test means)."""
-    have, base = set(stats), start["base_think"]
-    out: dict = {}
+    have, base, out = set(stats), start["base_think"], {}
 
     def vs(a: str, b: str, key: str = "greedy_accuracy") -> dict:
         if b.startswith("base"):  # the base is one model: compare each seed with it

@@ -21,10 +21,13 @@ this corpus puts those latent abilities there on purpose, and only those:
     ("What shape is the blue object?"), the right word among 2-4 options drawn from the same
     vocabulary (colours or shapes), shuffled, lettered "(A) blue (B) red" on half of them as
     the held-out set letters its options; the answer is the word. Scenes where neither
-    attribute is unique are redrawn. Never a count, relation, depth or distance question
-    (docs/r1zero.md: the base must have seen image -> `<think>` reading the scene -> picking
-    one of the offered options in `<answer>`, which the anchor's base brings from interleaved
-    pretraining; the spatial skills stay RL's).
+    attribute is unique are redrawn. A share (`presence_share`) of the questions asks instead
+    "Which of these objects is in the image?" among 2-4 full object names, exactly one of them
+    in the scene (the answer: its name, as depth and distance answers are names); the answer
+    needs the options, where an attribute can be read off the image without them. Never a
+    count, relation, depth or distance question (docs/r1zero.md: the base must have seen
+    image -> `<think>` reading the scene -> picking one of the offered options in `<answer>`,
+    which the anchor's base brings from its pretraining; the spatial skills stay RL's).
 
 So the base model can describe a scene, can write the tag format, also right after an image,
 has seen "wait, no:" fix a fact, and has never been asked a spatial question. Scenes are drawn
@@ -34,9 +37,11 @@ whose key falls in the test bucket (the Task hash rule) is redrawn, so no spatia
 is ever seen in pretraining.
 
 Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: an image
-document with probability `caption_share` (of which `question_share` are attribute questions,
-the rest captions), else a tagged document. `question_share` 0 gives exactly the documents of
-the corpus before questions existed (its coin has its own stream).
+document with probability `caption_share` (of which `question_share` are questions, a share
+`presence_share` of them presence questions, the rest attribute questions; the rest captions),
+else a tagged document. `question_share` 0 gives exactly the documents of the corpus before
+questions existed, `presence_share` 0 those before presence questions (each coin has its own
+stream).
 """
 
 from __future__ import annotations
@@ -140,7 +145,22 @@ def _attribute_question(rng: np.random.Generator, scene: Scene) -> tuple[str, st
     if not asks:
         return None
     question, answer, words = asks[int(rng.integers(len(asks)))]
-    others = [w for w in words if w != answer]
+    return _with_options(rng, question, answer, [w for w in words if w != answer])
+
+
+def _presence_question(rng: np.random.Generator, scene: Scene) -> tuple[str, str]:
+    """("Which of these objects is in the image? Options: ...", the full name of the one listed
+    object that is in `scene`): one object of the scene among 1-3 names of objects it lacks."""
+    present = scene.objects[int(rng.integers(len(scene.objects)))].name
+    names = {o.name for o in scene.objects}
+    absent = [f"{c} {s}" for c in OBJECT_COLOURS for s in SHAPES if f"{c} {s}" not in names]
+    return _with_options(rng, "Which of these objects is in the image?", present, absent)
+
+
+def _with_options(rng: np.random.Generator, question: str, answer: str,
+                  others: list[str]) -> tuple[str, str]:
+    """(question + " Options: " + `answer` among 1-3 of `others`, shuffled, lettered with
+    probability 1/2; `answer`)."""
     picked = rng.choice(len(others), size=int(rng.integers(1, 4)), replace=False)
     options = [answer] + [others[int(i)] for i in picked]
     options = [options[int(i)] for i in rng.permutation(len(options))]
@@ -170,9 +190,10 @@ class PretrainCorpus:
     """The base VLM's pretraining documents (module docstring).
 
     Fields: `caption_share` of documents that show an image, the rest text-only tagged
-    documents; `question_share` of the image documents that are attribute questions in the
-    think frame, the rest (image, caption) pairs; `correction_share` of captions with a
-    self-correction; `objects` the inclusive range of objects per scene.
+    documents; `question_share` of the image documents that are questions in the think frame
+    (`presence_share` of those presence questions, the rest attribute questions), the rest
+    (image, caption) pairs; `correction_share` of captions with a self-correction; `objects`
+    the inclusive range of objects per scene.
     """
 
     seed: int = 0
@@ -180,9 +201,10 @@ class PretrainCorpus:
     correction_share: float = 0.05
     objects: tuple[int, int] = (1, 6)
     question_share: float = 0.0
+    presence_share: float = 0.0
 
     def __post_init__(self):
-        for field in ("caption_share", "correction_share", "question_share"):
+        for field in ("caption_share", "correction_share", "question_share", "presence_share"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 raise ValueError(f"PretrainCorpus: {field} must be in [0, 1], got "
                                  f"{getattr(self, field)}")
@@ -200,6 +222,7 @@ class PretrainCorpus:
             return PretrainDoc(_tagged(rng), (), "tagged")
         correct = bool(rng.random() < self.correction_share)
         ask = np.random.default_rng([self.seed, index, 1]).random() < self.question_share
+        presence = np.random.default_rng([self.seed, index, 2]).random() < self.presence_share
         lo, hi = self.objects
         for _ in range(MAX_DRAWS):
             scene = draw_scene(rng, int(rng.integers(lo, hi + 1)))
@@ -207,7 +230,8 @@ class PretrainCorpus:
                 continue
             if not ask:
                 return PretrainDoc(_caption(rng, scene, correct), (scene,), "caption", correct)
-            qa = _attribute_question(rng, scene)
+            qa = (_presence_question(rng, scene) if presence else
+                  _attribute_question(rng, scene))
             if qa is not None:
                 think = _caption(rng, scene, False)[len(IMAGE_MARKER):]
                 return PretrainDoc(_framed(qa[0], think, qa[1], image=True), (scene,),
@@ -254,6 +278,7 @@ class PretrainTask(Task):
     objects: tuple[int, int] = (1, 6)
     max_chars: int = 255
     question_share: float = 0.0
+    presence_share: float = 0.0
 
     def __post_init__(self):
         self.corpus  # noqa: B018 - validates the corpus fields
@@ -264,7 +289,8 @@ class PretrainTask(Task):
     def corpus(self) -> PretrainCorpus:
         return PretrainCorpus(seed=self.seed, caption_share=self.caption_share,
                               correction_share=self.correction_share, objects=self.objects,
-                              question_share=self.question_share)
+                              question_share=self.question_share,
+                              presence_share=self.presence_share)
 
     @staticmethod
     def _cut(doc: PretrainDoc) -> tuple[str, str]:

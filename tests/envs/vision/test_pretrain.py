@@ -252,3 +252,31 @@ def test_pretrain_task_cuts_a_question_at_the_think_frame():
         assert task.solution(ex).endswith("</answer>")
     with pytest.raises(ValueError, match="question_share must be in"):
         PretrainCorpus(question_share=-0.1)
+
+
+def _listed(listed: str) -> list[str]:
+    """The options of a prompt's option list, lettered ("(A) x (B) y") or not ("x, y or z")."""
+    if listed.startswith("(A) "):
+        return re.findall(r"\([A-D]\) (\w+(?: \w+)?)(?= \(|$)", listed)
+    head, last = listed.rsplit(" or ", 1)
+    return head.split(", ") + [last]
+
+
+def test_presence_questions_list_exactly_one_object_of_the_scene():
+    corpus = PretrainCorpus(question_share=1.0, presence_share=0.5)
+    got = [d for d in corpus.documents(0, 1500) if d.kind == "question"]
+    presence = [d for d in got if "Which of these objects is in the image?" in d.text]
+    assert abs(len(presence) / len(got) - 0.5) < 0.06
+    for d in presence:
+        (scene,) = d.scenes
+        listed = re.match(r"<image>User: Which of these objects is in the image\? Options: "
+                          r"(.*)\n", d.text).group(1)
+        options = _listed(listed)
+        answer = re.fullmatch(r".*</think><answer>(\w+ \w+)</answer>", d.text, re.S).group(1)
+        names = {f"{o.colour} {o.shape}" for o in scene.objects}
+        assert 2 <= len(options) <= 4 and len(set(options)) == len(options), listed
+        assert [o for o in options if o in names] == [answer], (listed, names)
+        assert all(o.split()[0] in OBJECT_COLOURS and o.split()[1] in SHAPES for o in options)
+    # presence_share 0 leaves the attribute-question corpus as it was, document by document
+    assert PretrainCorpus(question_share=0.5, presence_share=0.0).documents(0, 300) == \
+        PretrainCorpus(question_share=0.5).documents(0, 300)
