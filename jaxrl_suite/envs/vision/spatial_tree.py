@@ -40,12 +40,18 @@ the transcript adds nothing the answer needs (SpatialTree: thinking hurts percep
 
 Prompts: one IMAGE_MARKER per frame, then "User: <question>\\nAssistant:"; the model picks its
 mode. `solution_style` writes the SFT target with the trace ("think": "<think>trace</think>
-<answer>a</answer>"), without it ("direct"), or by level ("level": think on THINK_LEVELS, direct
-elsewhere). `score`: the first `<answer>` compared with the answer after lower-casing and
-removing whitespace (numbers by value); goal_execution simulates the moves. `reward` picks the
-designed training reward of `verify_batch` (rewards/auto_think.py): "accuracy", the naive
-"think_everywhere" (thinking required on every level), "auto_level" or "auto_probe" (groups =
-runs of equal consecutive examples, as GRPO lays out its G samples per prompt).
+<answer>a</answer>"), without it ("direct"), by level ("level": think on THINK_LEVELS, direct
+elsewhere) or "mixed": with the trace on a fixed half of the items of every level and without it
+on the other half (the item thinks iff stable_hash("mode " + scenes_key + prompt) is even, so an
+SFT start knows both modes and an RL reward can pick one; the key holds the scenes because many
+prompts are one fixed question, e.g. planning's, and "mode " keeps it independent of the split's
+hash of the scenes alone). `score`: the first `<answer>` compared with the answer after
+lower-casing and removing whitespace (numbers by value); goal_execution simulates the moves.
+`reward` picks the designed training reward of `verify_batch` (rewards/auto_think.py):
+"accuracy", the naive "think_everywhere" (thinking required on every level), "auto_level",
+"auto_probe" (groups = runs of equal consecutive examples, as GRPO lays out its G samples per
+prompt) or the control "no_think" (the level rule with no think level and every level a direct
+one: thinking costs `penalty` everywhere).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Verdicts
+from jaxrl_suite.envs.text.base import TASKS, Example, Verdicts, stable_hash
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask
 from jaxrl_suite.envs.vision.maze import (
     MOVES,
@@ -79,6 +85,7 @@ from jaxrl_suite.envs.vision.scene import (
     draw_scene,
     legible,
     relation,
+    scenes_key,
 )
 from jaxrl_suite.rewards.auto_think import (
     LEVELS,
@@ -98,8 +105,8 @@ LEVEL_OF: dict[str, int] = {
     "goal_execution": 4, "exploration": 4,
 }
 ABILITIES = tuple(LEVEL_OF)
-SOLUTION_STYLES = ("think", "direct", "level")
-TREE_REWARDS = ("accuracy", "think_everywhere", "auto_level", "auto_probe")
+SOLUTION_STYLES = ("think", "direct", "level", "mixed")
+TREE_REWARDS = ("accuracy", "think_everywhere", "auto_level", "auto_probe", "no_think")
 CELL_KINDS = ("wall", "free", "agent", "goal")
 _SMALL = (6, 8)  # object sizes of the multi-frame and falling scenes: no overlaps
 
@@ -338,9 +345,10 @@ class SpatialTreeTask(VisionTask):
     """SpatialTree's eleven sub-abilities (module docstring).
 
     Fields: `abilities` asked in turn by example index (a single one for the per-ability SFT of
-    the transfer study, all for the blend); `solution_style` "think" | "direct" | "level";
-    `reward` "accuracy" | "think_everywhere" | "auto_level" | "auto_probe"; `penalty` the
-    auto-think rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps.
+    the transfer study, all for the blend; repeats weigh an ability, e.g. a 1:3 mix);
+    `solution_style` "think" | "direct" | "level" | "mixed"; `reward` "accuracy" |
+    "think_everywhere" | "auto_level" | "auto_probe" | "no_think"; `penalty` the auto-think
+    rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps.
     """
 
     name: ClassVar[str] = "spatial_tree"
@@ -386,12 +394,19 @@ class SpatialTreeTask(VisionTask):
                                                      item.question, item.trace))
 
     # ---- solutions and verification ----
+    def solution_thinks(self, ex: Example) -> bool:
+        """Whether `solution(ex)` holds the think trace (`solution_style`, module docstring)."""
+        if self.solution_style == "mixed":
+            return stable_hash(f"mode {scenes_key(ex.meta.scenes)} {ex.prompt}") % 2 == 0
+        return self.solution_style == "think" or (self.solution_style == "level"
+                                                  and ex.meta.level in THINK_LEVELS)
+
     def solution(self, ex: Example) -> str:
         """The SFT target in `solution_style` (module docstring)."""
-        think = self.solution_style == "think" or (self.solution_style == "level"
-                                                   and ex.meta.level in THINK_LEVELS)
         answer = answer_tags(ex.answer)
-        return f"{THINK_OPEN}{ex.meta.trace}{THINK_CLOSE}{answer}" if think else answer
+        if self.solution_thinks(ex):
+            return f"{THINK_OPEN}{ex.meta.trace}{THINK_CLOSE}{answer}"
+        return answer
 
     def score(self, completion: str, ex: Example) -> float:
         """1.0 iff the first `<answer>` is right: goal_execution, its moves (U/D/L/R, spaces and
@@ -448,6 +463,8 @@ _REWARDS: dict[str, Callable] = {
     "auto_level": lambda correct, thinking, levels, runs, penalty: auto_think_level_rewards(
         correct, thinking, levels, penalty=penalty),
     "auto_probe": _probe,
+    "no_think": lambda correct, thinking, levels, runs, penalty: auto_think_level_rewards(
+        correct, thinking, levels, penalty=penalty, think_levels=(), direct_levels=LEVELS),
 }
 assert tuple(_REWARDS) == TREE_REWARDS
 
