@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import ClassVar, NamedTuple
 
 import numpy as np
@@ -437,6 +438,24 @@ class SpatialTreeTask(VisionTask):
                         components={"thinking": thinking.astype(float).tolist()})
 
 
+def mix_abilities(targets: Sequence[str], share: float) -> tuple[str, ...]:
+    """The `abilities` of a targeted data mix: ABILITIES m times plus each target k more times,
+    with the smallest m for which the targets' share of the tuple is exactly `share` (3/4, i.e.
+    general:target = 1:3: 11 + 29 for one target, 2 x 11 + 2 x 25 for two), spread evenly so
+    that every window of the data holds the mix. No targets: ABILITIES."""
+    if not targets:
+        return ABILITIES
+    n, t, s = len(ABILITIES), len(targets), Fraction(share).limit_denominator(1000)
+    if not set(targets) <= set(ABILITIES) or not t / n < s < 1:
+        raise ValueError(f"mix_abilities: targets must be abilities and share in ({t}/{n}, 1), "
+                         f"got {list(targets)} and {share}")
+    m = next(m for m in range(1, 1001) if (m * (n * s - t) / (t * (1 - s))).denominator == 1)
+    k = int(m * (n * s - t) / (t * (1 - s)))
+    slots = [((i + 0.5) / (m * n), a) for i, a in enumerate(ABILITIES * m)]
+    slots += [((j + 0.5) / (k * t), a) for j, a in enumerate(tuple(targets) * k)]
+    return tuple(a for _, a in sorted(slots, key=lambda x: x[0]))
+
+
 def _runs(examples: Sequence[Example]) -> list[tuple[int, int]]:
     """[start, end) of each maximal run of equal consecutive examples (GRPO's groups)."""
     out, lo = [], 0
@@ -471,4 +490,4 @@ assert tuple(_REWARDS) == TREE_REWARDS
 TASKS.register(SpatialTreeTask.name, SpatialTreeTask)
 
 __all__ = ["ABILITIES", "CELL_KINDS", "LEVEL_OF", "SOLUTION_STYLES", "TREE_REWARDS",
-           "SpatialTreeTask", "TreeMeta"]
+           "SpatialTreeTask", "TreeMeta", "mix_abilities"]

@@ -10,7 +10,13 @@ from vision_helpers import shape_pixels
 
 from jaxrl_suite.envs.text import TASKS
 from jaxrl_suite.envs.text.base import stable_hash
-from jaxrl_suite.envs.vision import IMAGE_MARKER, LEVEL_OF, SpatialTreeTask, batch_images
+from jaxrl_suite.envs.vision import (
+    IMAGE_MARKER,
+    LEVEL_OF,
+    SpatialTreeTask,
+    batch_images,
+    mix_abilities,
+)
 from jaxrl_suite.envs.vision.scene import scenes_key
 
 K = 11  # abilities
@@ -197,6 +203,25 @@ def test_mixed_style_thinks_on_a_fixed_half_of_every_level(data):
     # planning asks one fixed question: the scenes, not the prompt, split its items
     planning = [mixed.solution_thinks(e) for e in train if e.meta.ability == "planning"]
     assert len(set(planning)) == 2
+
+
+def test_mix_abilities_makes_a_one_to_three_mix():
+    assert mix_abilities((), 0.75) == tuple(LEVEL_OF)
+    one = mix_abilities(("relation",), 0.75)
+    assert len(one) == 40 and one.count("relation") == 30  # 11 + 29: 30/40 = 3/4
+    assert all(one.count(a) == 1 for a in LEVEL_OF if a != "relation")
+    two = mix_abilities(("localisation", "relation"), 0.75)
+    assert len(two) == 72 and two.count("localisation") == two.count("relation") == 27
+    assert all(two.count(a) == 2 for a in LEVEL_OF if a not in ("localisation", "relation"))
+    # spread evenly: every window of 8 holds 5-7 of the 6 expected targets
+    for i in range(len(one)):
+        window = (one * 2)[i: i + 8]
+        assert 5 <= window.count("relation") <= 7, i
+    task = SpatialTreeTask(abilities=one)
+    assert [task.ability(i) for i in range(40)] == list(one)
+    for bad in ((("flying",), 0.75), (("relation",), 0.05), (("relation",), 1.0)):
+        with pytest.raises(ValueError, match="mix_abilities"):
+            mix_abilities(*bad)
 
 
 def test_goal_execution_accepts_any_legal_path(data):
