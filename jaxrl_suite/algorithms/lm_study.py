@@ -499,10 +499,13 @@ class LMStudy(Study):
                             tensorboard=self.opts.tensorboard, wandb=self.opts.wandb)
 
     def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
-            task: Task | None = None, params=None):
+            task: Task | None = None, params=None, trainer: SFTTrainer | None = None):
         """The SFT stage from `params` (default: `seed`'s initial params); returns the final
-        SFT state."""
-        sft = self.sft_trainer(task)
+        SFT state. `trainer` runs it instead of a new `sft_trainer(task)`: e.g. one shared
+        trainer's `with_task(task)` for several data mixes, which compiles its step once."""
+        if trainer is not None and task is not None:
+            raise ValueError("sft: pass the task in the trainer (trainer.with_task(task))")
+        sft = self.sft_trainer(task) if trainer is None else trainer
         init = sft.init_state(self.lm.init_params(seed) if params is None else params,
                               lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
