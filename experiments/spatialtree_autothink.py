@@ -1,13 +1,11 @@
 """SpatialTree on eleven rendered spatial abilities (issue 46): SFT transfer between the levels
 (E1, "transfer") and thinking-mode RL from one SFT start (E2, "rl").
 
-Claims (SpatialTree, arXiv 2512.20617; the project page, no training code public): SFT on one
-L1 perception ability gives negative transfer to the other L1 abilities and positive transfer
-to the higher levels (L3 simulation, L4 agentic), more so when abilities are blended; L1
-abilities are nearly uncorrelated, the higher levels correlated; naive RL that rewards thinking
-everywhere helps L3/L4 and hurts L1; auto-think (no thinking on perception, thinking on L3/L4)
-improves every level (their average: SFT 27.3, think-everywhere 30.1, auto-think 30.8). The
-design, the start rule, how each verdict is computed and the results: docs/spatialtree.md.
+Claims (SpatialTree, arXiv 2512.20617; no training code public): SFT on one L1 perception
+ability hurts the other L1 abilities and helps L3 simulation / L4 agentic, more so blended; L1
+abilities are nearly uncorrelated, the higher levels correlated; RL that rewards thinking
+everywhere helps L3/L4 and hurts L1; auto-think (no thinking on L1, thinking on L3/L4) improves
+every level (average: SFT 27.3, think-everywhere 30.1, auto-think 30.8). docs/spatialtree.md.
 
     jaxrl-suite run spatialtree_autothink                     # full size (about 90 min, 2 cores)
     jaxrl-suite run spatialtree_autothink --smoke             # seconds; what the tests run
@@ -18,7 +16,6 @@ design, the start rule, how each verdict is computed and the results: docs/spati
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 
 import jax
@@ -123,26 +120,23 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     runner, sft = study.lm_trainer(general), study.sft_trainer(general)  # shared programs
 
     def evaluate(params) -> dict:
-        """Held-out accuracy per column, level, mean column (greedy, sampled); greedy think rate
-        and length (tokens) per level."""
+        """Held-out accuracy per column, per level and on average (greedy, sampled; every column
+        alike, so a level's is the mean of its columns), greedy think rate and length per level."""
         ex, some = study.held_out, study.held_out[: e.sampled_examples]
         texts, lengths = runner.complete(params, ex, batch_size=e.batch_size)
         sampled, _ = runner.complete(params, some, batch_size=e.batch_size,
                                      rng=study.sampled_key, temperature=g.temperature)
-        v, cols = general.verify_batch(texts, ex), [x.meta.ability for x in ex]
-        levels, think = [f"L{x.meta.level}" for x in ex], v.components["thinking"]
-        out = {f"{k}_{x}": y for k, labels, values in (
-            ("acc", cols, v.scores), ("think", levels, think), ("length", levels, lengths),
-            ("sampled", cols, general.verify_batch(sampled, some).scores))
-            for x, y in vision.accuracy_by(labels[: len(values)], values).items()}
-        for m, name in (("acc", "greedy_accuracy"), ("sampled", "sampled_accuracy")):
-            out[name] = float(np.mean([out[f"{m}_{c}"] for c in COLS]))  # the mean column
-            out.update({f"{m}_L{lv}": float(np.mean([out[f"{m}_{c}"] for c in COLS
-                                                     if vision.LEVEL_OF[c] == lv]))
-                        for lv in LEVELS})
-        return {**out, "think_rate": float(np.mean(think)), "length": float(np.mean(lengths)),
-                "examples": [{"prompt": x.prompt, "completion": t}
-                             for x, t in zip(ex[:11], texts, strict=False)]}
+        v, s = general.verify_batch(texts, ex), general.verify_batch(sampled, some).scores
+        cols, levels = [x.meta.ability for x in ex], [f"L{x.meta.level}" for x in ex]
+        think = v.components["thinking"]
+        return {**{f"{k}_{x}": y for k, labels, values in (
+            ("acc", cols, v.scores), ("acc", levels, v.scores), ("sampled", cols, s),
+            ("sampled", levels, s), ("think", levels, think), ("length", levels, lengths))
+            for x, y in vision.accuracy_by(labels[: len(values)], values).items()},
+            "greedy_accuracy": float(np.mean(v.scores)), "sampled_accuracy": float(np.mean(s)),
+            "think_rate": float(np.mean(think)), "length": float(np.mean(lengths)),
+            "examples": [{"prompt": x.prompt, "completion": t}
+                         for x, t in zip(ex[:11], texts, strict=False)]}
 
     starts: dict = {}  # E2's shared start, once E1 has trained it in this process
 
@@ -170,9 +164,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                     <= lo_hi[1], **evaluate(params)}
 
         start = study.cached(opts.out_dir / "start_check.json", check)
-        core.print0(f"[{NAME}] start check: {core.format_numbers(start['training'])}, "
-                    f"{core.format_numbers({k: start[k] for k in ACC[-4:]})}; "
-                    f"passes its rule: {start['start_passes']}")
+        seen = core.format_numbers({**start["training"], **{k: start[k] for k in ACC[-4:]}})
+        core.print0(f"[{NAME}] start check: {seen}; passes its rule: {start['start_passes']}")
         base = study.grpo_trainer(g, ref_params=params)  # one compiled program for every run
 
         def rl(variant: str, seed: int, _) -> dict:
@@ -219,11 +212,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
 
 def deltas(stats: dict, ref: dict) -> dict:
-    """`seed_deltas` of the accuracy keys (ACC) against `ref`; `drops`: per seed, how many
-    columns have Δ < 0."""
-    d = core.seed_deltas(stats, ref, ACC)
+    """`seed_deltas` of ACC against `ref`; `drops`: per seed, how many columns have Δ < 0."""
     return {v: {**x, "drops": np.sum([np.array(x[f"acc_{c}"]["per_seed"]) < 0 for c in COLS],
-                                     axis=0).tolist()} for v, x in d.items()}
+                                     axis=0).tolist()} for v, x in core.seed_deltas(
+        stats, ref, ACC).items()}
 
 
 def verdicts(summary: dict) -> dict:
@@ -315,8 +307,3 @@ EXPERIMENT = Experiment(
     description="SpatialTree: SFT transfer across ability levels and auto-think RL "
                 "(think-everywhere, auto by level, auto by a no-think probe, no-think control)",
 )
-
-if __name__ == "__main__":
-    from jaxrl_suite.cli import main
-
-    sys.exit(main(["run", NAME, *sys.argv[1:]]))
