@@ -7,7 +7,7 @@ abilities are nearly uncorrelated, the higher levels correlated; RL that rewards
 everywhere helps L3/L4 and hurts L1; auto-think (no thinking on L1, thinking on L3/L4) improves
 every level (average: SFT 27.3, think-everywhere 30.1, auto-think 30.8). docs/spatialtree.md.
 
-    jaxrl-suite run spatialtree_autothink                     # full size (about 90 min, 2 cores)
+    jaxrl-suite run spatialtree_autothink                     # full size (about 110 min, 2 cores)
     jaxrl-suite run spatialtree_autothink --smoke             # seconds; what the tests run
     jaxrl-suite run spatialtree_autothink --set 'parts=[rl]'  # E2 alone (or [transfer])
     jaxrl-suite run spatialtree_autothink --resume            # a killed run continues
@@ -44,9 +44,8 @@ KEYS = (*ACC, "sampled_accuracy", *(f"sampled_{c}" for c in COLS),
         *(f"{m}_L{lv}" for m in ("sampled", "think", "length") for lv in LEVELS),
         "think_rate", "length")
 CURVES = ("reward", "accuracy", "length")  # GRPO's logged curves
-# The start rule (docs/spatialtree.md, fixed before any RL run): on start.check_examples TRAINING
-# questions x grpo.group_size samples, the share of groups with unequal accuracy is >= 0.25 and
-# the sampled accuracy lies in [0.05, 0.95].
+# The start rule (docs/spatialtree.md, fixed before any RL run): on variants.check_examples TRAINING
+# questions x G samples, >= 25 % of groups with unequal accuracy; sampled accuracy in [0.05, 0.95]
 START_RULE = {"min_nondegenerate": 0.25, "accuracy_band": (0.05, 0.95)}
 NOT_TESTED = "not tested: the start fails its rule"
 UNDEFINED = "not tested: a correlation is undefined (a constant column)"
@@ -65,19 +64,12 @@ class TransferConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class StartConfig:
-    check_examples: core.Count = 32  # TRAINING questions of the start rule (START_RULE)
-
-    def __post_init__(self):
-        core.check_fields(self, "start.")
-
-
-@dataclasses.dataclass(frozen=True)
 class VariantsConfig:
     names: tuple[str, ...] = VARIANTS  # E2's RL variants
     # seeds of the variants other than MAIN (null: run.seeds); fewer to fit a time budget
     control_seeds: tuple[core.Seed, ...] | None = None
     penalty: core.NonNegative = 0.5  # the auto-think rules' cost of the wrong mode (none given)
+    check_examples: core.Count = 32  # TRAINING questions of the start rule (START_RULE)
 
     def __post_init__(self):
         core.check_fields(self, "variants.")
@@ -89,11 +81,11 @@ class Config:
     parts: tuple[str, ...] = PARTS  # which of E1 ("transfer") and E2 ("rl") to run
     task: kit.TaskConfig = kit.TaskConfig(name="spatial_tree", prompt_len=117)
     model: VisionModelConfig = VisionModelConfig()
-    sft: kit.SFTConfig = kit.SFTConfig(steps=25, batch_size=32)
+    base: kit.SFTConfig = kit.SFTConfig(steps=300, batch_size=32)  # the shared general SFT
+    sft: kit.SFTConfig = kit.SFTConfig(steps=25, batch_size=32)  # E1: each mix from the base
     grpo: kit.GRPOConfig = kit.GRPOConfig(group_size=8, beta=0.04, loss_type="grpo",
                                           max_new_tokens=371)
     transfer: TransferConfig = TransferConfig()
-    start: StartConfig = StartConfig()
     variants: VariantsConfig = VariantsConfig()
     eval: kit.EvalConfig = kit.EvalConfig(num_examples=264, sampled_examples=132)
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2))
@@ -118,6 +110,12 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     names = cfg.variants.names if "rl" in cfg.parts else ()
     study = kit.LMStudy(NAME, cfg, opts, variants=[*mixes, *names], task=general)
     runner, sft = study.lm_trainer(general), study.sft_trainer(general)  # shared programs
+    # (1) the base: general-mix SFT from the first seed's init; E1 continues it, E2 starts there
+    pre, ckpt = study.sft_trainer(general, cfg.base), study.checkpoint_dir("base")
+    with study.log(study.run_dir("base"), [(ckpt, 0)]) as log:
+        params = study.fit(pre, pre.init_state(study.lm.init_params(study.start_seed), kit.lm_keys(
+            study.start_seed).sft), stage="base", num_steps=cfg.base.steps, checkpoint_dir=ckpt,
+                           logger=log).params
 
     def evaluate(params) -> dict:
         """Held-out accuracy per column, per level and on average (greedy, sampled; every column
@@ -138,27 +136,20 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             "examples": [{"prompt": x.prompt, "completion": t}
                          for x, t in zip(ex[:11], texts, strict=False)]}
 
-    starts: dict = {}  # E2's shared start, once E1 has trained it in this process
-
-    def sft_mix(mix: str, seed: int):
+    def sft_mix(mix: str, seed: int):  # E1: the base, SFT on a mix at the common budget
         ckpt = study.checkpoint_dir(mix, seed)
         with study.log(study.run_dir(mix, seed), [(ckpt, 0)]) as log:
-            params = study.sft(seed, checkpoint_dir=ckpt, logger=log,
-                               trainer=sft.with_task(tree(cfg, mix, seed=seed))).params
-        if (mix, seed) == ("general", study.start_seed):
-            starts["general"] = params
-        return params
+            return study.sft(seed, checkpoint_dir=ckpt, logger=log, params=params,
+                             trainer=sft.with_task(tree(cfg, mix, seed=seed))).params
 
     fmt = lambda r: core.format_numbers({k: r[k] for k in ("greedy_accuracy", "think_rate")})
     timed = lambda t0, params: {**evaluate(params), "wall_time_s": time.perf_counter() - t0}
     e1, start, e2, stats2 = core.Study(NAME, opts, mixes, cfg.run.seeds), None, [], {}
     results = e1.run(lambda mix, seed, _: timed(time.perf_counter(), sft_mix(mix, seed)), fmt=fmt)
-    if names:  # E2's shared start: the general SFT of the first seed (E1's run when it ran)
-        params = starts["general"] if starts else sft_mix("general", study.start_seed)
-
+    if names:  # (2) E2 from the base, after the start rule
         def check(lo_hi=START_RULE["accuracy_band"]) -> dict:  # the start rule, before any RL
             r = study.group_check(runner, params, general.examples(
-                "train", VALIDATION_START, cfg.start.check_examples))
+                "train", VALIDATION_START, cfg.variants.check_examples))
             return {"training": r, "rule": START_RULE, "start_passes": r["nondegenerate_share"]
                     >= START_RULE["min_nondegenerate"] and lo_hi[0] <= r["sampled_accuracy"]
                     <= lo_hi[1], **evaluate(params)}

@@ -406,9 +406,13 @@ class LMStudy(Study):
         return jax.random.PRNGKey(self.start_seed + 2)
 
     # ---- trainers on the shared model ----
-    def sft_trainer(self, task: Task | None = None) -> SFTTrainer:
+    def sft_trainer(self, task: Task | None = None, config: SFTConfig | None = None
+                    ) -> SFTTrainer:
+        """The study's SFT on `task` with `config` (default: the study's sft section; another
+        SFTConfig for a second SFT stage, e.g. a shared base before per-run SFTs)."""
         c = self.cfg
-        return SFTTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, c.sft,
+        return SFTTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task,
+                          config or c.sft,
                           mesh=self.lm.mesh, prompt_len=c.task.prompt_len,
                           max_new_tokens=c.grpo.max_new_tokens, **self._eval_samplers())
 
