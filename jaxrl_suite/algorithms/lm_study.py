@@ -406,9 +406,13 @@ class LMStudy(Study):
         return jax.random.PRNGKey(self.start_seed + 2)
 
     # ---- trainers on the shared model ----
-    def sft_trainer(self, task: Task | None = None) -> SFTTrainer:
+    def sft_trainer(self, task: Task | None = None, config: SFTConfig | None = None
+                    ) -> SFTTrainer:
+        """The study's SFT on `task` with `config` (default: the study's sft section; another
+        SFTConfig for a second SFT stage, e.g. a shared base before per-run SFTs)."""
         c = self.cfg
-        return SFTTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task, c.sft,
+        return SFTTrainer(self.lm.model, self.lm.tokenizer, task or self.lm.task,
+                          config or c.sft,
                           mesh=self.lm.mesh, prompt_len=c.task.prompt_len,
                           max_new_tokens=c.grpo.max_new_tokens, **self._eval_samplers())
 
@@ -499,10 +503,13 @@ class LMStudy(Study):
                             tensorboard=self.opts.tensorboard, wandb=self.opts.wandb)
 
     def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
-            task: Task | None = None, params=None):
+            task: Task | None = None, params=None, trainer: SFTTrainer | None = None):
         """The SFT stage from `params` (default: `seed`'s initial params); returns the final
-        SFT state."""
-        sft = self.sft_trainer(task)
+        SFT state. `trainer` runs it instead of a new `sft_trainer(task)`: e.g. one shared
+        trainer's `with_task(task)` for several data mixes, which compiles its step once."""
+        if trainer is not None and task is not None:
+            raise ValueError("sft: pass the task in the trainer (trainer.with_task(task))")
+        sft = self.sft_trainer(task) if trainer is None else trainer
         init = sft.init_state(self.lm.init_params(seed) if params is None else params,
                               lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,

@@ -36,7 +36,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "signals": ("Terminated", "sigterm_received", "stop_on_sigterm"),
     "study": (
         "Study", "check_seeds", "check_variants", "compare_seeds", "format_numbers",
-        "open_run_log", "seed_stats", "verdict"
+        "group_correlations", "open_run_log", "seed_deltas", "seed_stats", "verdict"
     ),
     "train": (
         "NonFiniteError", "ParamState", "TrainAndAgent", "TrainState", "apply_gradients",

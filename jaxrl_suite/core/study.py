@@ -102,6 +102,42 @@ def compare_seeds(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     return out
 
 
+def seed_deltas(stats: Mapping[str, Mapping], ref: Mapping[str, Any],
+                keys: Sequence[str]) -> dict[str, dict]:
+    """Per variant of `stats` (`Study.aggregate`'s) and key, Δ = the variant's per-seed values
+    minus the reference's: `ref[key]` is either statistics over the same seeds (e.g. another
+    variant's entry of `stats`: seed by seed) or one number (e.g. a shared start's value).
+    Returns {variant: {key: {"per_seed": [Δ of each seed], "mean": their mean}}}."""
+    out: dict[str, dict] = {}
+    for variant, s in stats.items():
+        out[variant] = {}
+        for k in keys:
+            r = ref[k]["per_seed"] if isinstance(ref[k], Mapping) else ref[k]
+            d = np.asarray(s[k]["per_seed"], np.float64) - np.asarray(r, np.float64)
+            out[variant][k] = {"per_seed": d.tolist(), "mean": float(d.mean())}
+    return out
+
+
+def group_correlations(x, groups: Mapping[str, Sequence[int]]) -> dict[str, dict]:
+    """The mean pairwise Pearson correlation between the columns of `x` [runs, columns] within
+    each group of column indices: {group: {"mean": mean over its pairs, "pairs": how many}}. A
+    pair with a constant column has no correlation and is left out (mean NaN if none is left)."""
+    x = np.asarray(x, np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"group_correlations: x must be [runs, columns], got {x.shape}")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.corrcoef(x, rowvar=False).reshape(x.shape[1], x.shape[1])
+    flat = np.ptp(x, axis=0) == 0  # constant columns (rounding would give them a spurious r)
+    r[flat, :] = r[:, flat] = np.nan
+    out = {}
+    for name, cols in groups.items():
+        pairs = [r[a, b] for n, a in enumerate(cols) for b in cols[n + 1:]
+                 if np.isfinite(r[a, b])]
+        out[name] = {"mean": float(np.mean(pairs)) if pairs else float("nan"),
+                     "pairs": len(pairs)}
+    return out
+
+
 REPRODUCED, PARTLY, NOT_REPRODUCED = "reproduced", "partly reproduced", "not reproduced"
 
 
@@ -457,5 +493,5 @@ def format_numbers(result: Mapping) -> str:
                      if isinstance(v, float) and k != "wall_time_s")
 
 
-__all__ = ["Study", "check_seeds", "check_variants", "format_numbers", "open_run_log",
-           "seed_stats"]
+__all__ = ["Study", "check_seeds", "check_variants", "format_numbers", "group_correlations",
+           "open_run_log", "seed_deltas", "seed_stats"]

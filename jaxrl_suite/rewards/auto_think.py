@@ -11,7 +11,9 @@ the two rules here are this project's readings, as rewards added to correctness:
                               or (level in think_levels and not thinks), else 0;
       defaults think_levels = (3, 4), direct_levels = (1,): thinking on L1 costs `penalty`,
       skipping it on L3 / L4 costs `penalty`, and L2 is free either way. With
-      think_levels = (1, 2, 3, 4) and direct_levels = () it is the naive think-everywhere rule.
+      think_levels = (1, 2, 3, 4) and direct_levels = () it is the naive think-everywhere rule;
+      with think_levels = () and direct_levels = (1, 2, 3, 4) the no-think control (thinking
+      costs `penalty` on every level).
   by a per-item no-think probe (`auto_think_probe_rewards`): the model picks its mode and its
       own group decides: within a group of G samples of one prompt,
       r_j = c_j - penalty * thinks_j * 1[exists k: not thinks_k and c_k = 1],

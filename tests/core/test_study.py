@@ -13,7 +13,9 @@ from jaxrl_suite.core.study import (
     check_seeds,
     check_variants,
     compare_seeds,
+    group_correlations,
     open_run_log,
+    seed_deltas,
     seed_stats,
     verdict,
 )
@@ -243,6 +245,34 @@ def test_compare_seeds_is_welchs_test_and_the_per_seed_differences():
     assert "seeds_better" not in compare_seeds(a, b[:3])
     stats = {"x": {"k": seed_stats(a)}, "y": {"k": seed_stats(b)}}
     assert Study.compare(stats, "x", "y", "k") == c
+
+
+def test_seed_deltas_against_a_variant_and_a_single_value():
+    stats = {"a": {"k": seed_stats([0.5, 0.7, 0.2])}, "b": {"k": seed_stats([0.4, 0.9, 0.2])}}
+    d = seed_deltas(stats, stats["b"], ["k"])  # seed by seed
+    assert d["a"]["k"]["per_seed"] == pytest.approx([0.1, -0.2, 0.0])
+    assert d["a"]["k"]["mean"] == pytest.approx(-0.1 / 3)
+    assert d["b"]["k"] == {"per_seed": [0.0, 0.0, 0.0], "mean": 0.0}
+    one = seed_deltas(stats, {"k": 0.5}, ["k"])  # a start's single value
+    assert one["b"]["k"]["per_seed"] == pytest.approx([-0.1, 0.4, -0.3])
+
+
+def test_group_correlations_against_a_loop_of_pearsons_r():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 5))
+    x[:, 4] = 0.3  # a constant column: its pairs have no correlation
+
+    def pearson(a, b):
+        a, b = a - a.mean(), b - b.mean()
+        return (a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum())
+
+    got = group_correlations(x, {"first": [0, 1, 2], "rest": [2, 3, 4], "flat": [4]})
+    want = np.mean([pearson(x[:, i], x[:, j]) for i, j in ((0, 1), (0, 2), (1, 2))])
+    assert got["first"] == {"mean": pytest.approx(want), "pairs": 3}
+    assert got["rest"] == {"mean": pytest.approx(pearson(x[:, 2], x[:, 3])), "pairs": 1}
+    assert np.isnan(got["flat"]["mean"]) and got["flat"]["pairs"] == 0
+    with pytest.raises(ValueError, match="runs, columns"):
+        group_correlations(x[0], {"a": [0, 1]})
 
 
 def test_verdict_ladder():

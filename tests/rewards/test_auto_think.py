@@ -38,6 +38,10 @@ def test_level_rule_hand_worked():
     # the naive think-everywhere rule is the same function with other level sets
     everywhere = level_mode_term(thinking, levels, think_levels=(1, 2, 3, 4), direct_levels=())
     np.testing.assert_array_equal(everywhere, [0, -1, 0, -1, 0, -1, 0, -1])
+    # and the no-think control: thinking costs the penalty on every level
+    nowhere = auto_think_level_rewards(correct, thinking, levels, penalty=0.5, think_levels=(),
+                                       direct_levels=(1, 2, 3, 4))
+    np.testing.assert_allclose(nowhere, [0.5, 1.0, -0.5, 1.0, 0.5, 1.0, -0.5, 0.0])
 
 
 def test_probe_rule_hand_worked():

@@ -68,6 +68,7 @@ from jaxrl_suite.envs.vision.spatial_tree import (
     TREE_REWARDS,
     SpatialTreeTask,
     TreeMeta,
+    mix_abilities,
 )
 
 __all__ = [
@@ -113,6 +114,7 @@ __all__ = [
     "grounded_facts",
     "is_trivial_trace",
     "label_map",
+    "mix_abilities",
     "options_text",
     "render",
     "render_scenes",

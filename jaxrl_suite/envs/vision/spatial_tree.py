@@ -40,12 +40,18 @@ the transcript adds nothing the answer needs (SpatialTree: thinking hurts percep
 
 Prompts: one IMAGE_MARKER per frame, then "User: <question>\\nAssistant:"; the model picks its
 mode. `solution_style` writes the SFT target with the trace ("think": "<think>trace</think>
-<answer>a</answer>"), without it ("direct"), or by level ("level": think on THINK_LEVELS, direct
-elsewhere). `score`: the first `<answer>` compared with the answer after lower-casing and
-removing whitespace (numbers by value); goal_execution simulates the moves. `reward` picks the
-designed training reward of `verify_batch` (rewards/auto_think.py): "accuracy", the naive
-"think_everywhere" (thinking required on every level), "auto_level" or "auto_probe" (groups =
-runs of equal consecutive examples, as GRPO lays out its G samples per prompt).
+<answer>a</answer>"), without it ("direct"), by level ("level": think on THINK_LEVELS, direct
+elsewhere) or "mixed": with the trace on a fixed half of the items of every level and without it
+on the other half (the item thinks iff stable_hash("mode " + scenes_key + prompt) is even, so an
+SFT start knows both modes and an RL reward can pick one; the key holds the scenes because many
+prompts are one fixed question, e.g. planning's, and "mode " keeps it independent of the split's
+hash of the scenes alone). `score`: the first `<answer>` compared with the answer after
+lower-casing and removing whitespace (numbers by value); goal_execution simulates the moves.
+`reward` picks the designed training reward of `verify_batch` (rewards/auto_think.py):
+"accuracy", the naive "think_everywhere" (thinking required on every level), "auto_level",
+"auto_probe" (groups = runs of equal consecutive examples, as GRPO lays out its G samples per
+prompt) or the control "no_think" (the level rule with no think level and every level a direct
+one: thinking costs `penalty` everywhere).
 """
 
 from __future__ import annotations
@@ -53,11 +59,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from jaxrl_suite.envs.text.base import TASKS, Example, Verdicts
+from jaxrl_suite.envs.text.base import TASKS, Example, Verdicts, stable_hash
 from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask
 from jaxrl_suite.envs.vision.maze import (
     MOVES,
@@ -79,6 +86,7 @@ from jaxrl_suite.envs.vision.scene import (
     draw_scene,
     legible,
     relation,
+    scenes_key,
 )
 from jaxrl_suite.rewards.auto_think import (
     LEVELS,
@@ -98,8 +106,8 @@ LEVEL_OF: dict[str, int] = {
     "goal_execution": 4, "exploration": 4,
 }
 ABILITIES = tuple(LEVEL_OF)
-SOLUTION_STYLES = ("think", "direct", "level")
-TREE_REWARDS = ("accuracy", "think_everywhere", "auto_level", "auto_probe")
+SOLUTION_STYLES = ("think", "direct", "level", "mixed")
+TREE_REWARDS = ("accuracy", "think_everywhere", "auto_level", "auto_probe", "no_think")
 CELL_KINDS = ("wall", "free", "agent", "goal")
 _SMALL = (6, 8)  # object sizes of the multi-frame and falling scenes: no overlaps
 
@@ -338,9 +346,10 @@ class SpatialTreeTask(VisionTask):
     """SpatialTree's eleven sub-abilities (module docstring).
 
     Fields: `abilities` asked in turn by example index (a single one for the per-ability SFT of
-    the transfer study, all for the blend); `solution_style` "think" | "direct" | "level";
-    `reward` "accuracy" | "think_everywhere" | "auto_level" | "auto_probe"; `penalty` the
-    auto-think rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps.
+    the transfer study, all for the blend; repeats weigh an ability, e.g. a 1:3 mix);
+    `solution_style` "think" | "direct" | "level" | "mixed"; `reward` "accuracy" |
+    "think_everywhere" | "auto_level" | "auto_probe" | "no_think"; `penalty` the auto-think
+    rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps.
     """
 
     name: ClassVar[str] = "spatial_tree"
@@ -386,12 +395,19 @@ class SpatialTreeTask(VisionTask):
                                                      item.question, item.trace))
 
     # ---- solutions and verification ----
+    def solution_thinks(self, ex: Example) -> bool:
+        """Whether `solution(ex)` holds the think trace (`solution_style`, module docstring)."""
+        if self.solution_style == "mixed":
+            return stable_hash(f"mode {scenes_key(ex.meta.scenes)} {ex.prompt}") % 2 == 0
+        return self.solution_style == "think" or (self.solution_style == "level"
+                                                  and ex.meta.level in THINK_LEVELS)
+
     def solution(self, ex: Example) -> str:
         """The SFT target in `solution_style` (module docstring)."""
-        think = self.solution_style == "think" or (self.solution_style == "level"
-                                                   and ex.meta.level in THINK_LEVELS)
         answer = answer_tags(ex.answer)
-        return f"{THINK_OPEN}{ex.meta.trace}{THINK_CLOSE}{answer}" if think else answer
+        if self.solution_thinks(ex):
+            return f"{THINK_OPEN}{ex.meta.trace}{THINK_CLOSE}{answer}"
+        return answer
 
     def score(self, completion: str, ex: Example) -> float:
         """1.0 iff the first `<answer>` is right: goal_execution, its moves (U/D/L/R, spaces and
@@ -422,6 +438,24 @@ class SpatialTreeTask(VisionTask):
                         components={"thinking": thinking.astype(float).tolist()})
 
 
+def mix_abilities(targets: Sequence[str], share: float) -> tuple[str, ...]:
+    """The `abilities` of a targeted data mix: ABILITIES m times plus each target k more times,
+    with the smallest m for which the targets' share of the tuple is exactly `share` (3/4, i.e.
+    general:target = 1:3: 11 + 29 for one target, 2 x 11 + 2 x 25 for two), spread evenly so
+    that every window of the data holds the mix. No targets: ABILITIES."""
+    if not targets:
+        return ABILITIES
+    n, t, s = len(ABILITIES), len(targets), Fraction(share).limit_denominator(1000)
+    if not set(targets) <= set(ABILITIES) or not t / n < s < 1:
+        raise ValueError(f"mix_abilities: targets must be abilities and share in ({t}/{n}, 1), "
+                         f"got {list(targets)} and {share}")
+    m = next(m for m in range(1, 1001) if (m * (n * s - t) / (t * (1 - s))).denominator == 1)
+    k = int(m * (n * s - t) / (t * (1 - s)))
+    slots = [((i + 0.5) / (m * n), a) for i, a in enumerate(ABILITIES * m)]
+    slots += [((j + 0.5) / (k * t), a) for j, a in enumerate(tuple(targets) * k)]
+    return tuple(a for _, a in sorted(slots, key=lambda x: x[0]))
+
+
 def _runs(examples: Sequence[Example]) -> list[tuple[int, int]]:
     """[start, end) of each maximal run of equal consecutive examples (GRPO's groups)."""
     out, lo = [], 0
@@ -448,10 +482,12 @@ _REWARDS: dict[str, Callable] = {
     "auto_level": lambda correct, thinking, levels, runs, penalty: auto_think_level_rewards(
         correct, thinking, levels, penalty=penalty),
     "auto_probe": _probe,
+    "no_think": lambda correct, thinking, levels, runs, penalty: auto_think_level_rewards(
+        correct, thinking, levels, penalty=penalty, think_levels=(), direct_levels=LEVELS),
 }
 assert tuple(_REWARDS) == TREE_REWARDS
 
 TASKS.register(SpatialTreeTask.name, SpatialTreeTask)
 
 __all__ = ["ABILITIES", "CELL_KINDS", "LEVEL_OF", "SOLUTION_STYLES", "TREE_REWARDS",
-           "SpatialTreeTask", "TreeMeta"]
+           "SpatialTreeTask", "TreeMeta", "mix_abilities"]

@@ -10,7 +10,13 @@ from vision_helpers import shape_pixels
 
 from jaxrl_suite.envs.text import TASKS
 from jaxrl_suite.envs.text.base import stable_hash
-from jaxrl_suite.envs.vision import IMAGE_MARKER, LEVEL_OF, SpatialTreeTask, batch_images
+from jaxrl_suite.envs.vision import (
+    IMAGE_MARKER,
+    LEVEL_OF,
+    SpatialTreeTask,
+    batch_images,
+    mix_abilities,
+)
 from jaxrl_suite.envs.vision.scene import scenes_key
 
 K = 11  # abilities
@@ -180,6 +186,44 @@ def test_solution_styles(data):
         assert level == (think if ex.meta.level in (3, 4) else direct)
 
 
+def test_mixed_style_thinks_on_a_fixed_half_of_every_level(data):
+    _, train, test = data
+    mixed = SpatialTreeTask(solution_style="mixed")
+    think, direct = (SpatialTreeTask(solution_style=s) for s in ("think", "direct"))
+    for level in (1, 2, 3, 4):
+        items = [e for e in train + test if e.meta.level == level]
+        modes = [mixed.solution_thinks(e) for e in items]
+        assert 0.3 < np.mean(modes) < 0.7, (level, np.mean(modes))
+        for ex, m in zip(items, modes, strict=True):
+            assert mixed.solution(ex) == (think if m else direct).solution(ex)
+            assert m == (stable_hash(f"mode {scenes_key(ex.meta.scenes)} {ex.prompt}") % 2 == 0)
+    # deterministic: a new task object, other abilities and rewards give the same modes
+    again = SpatialTreeTask(solution_style="mixed", reward="no_think")
+    assert [again.solution_thinks(e) for e in train] == [mixed.solution_thinks(e) for e in train]
+    # planning asks one fixed question: the scenes, not the prompt, split its items
+    planning = [mixed.solution_thinks(e) for e in train if e.meta.ability == "planning"]
+    assert len(set(planning)) == 2
+
+
+def test_mix_abilities_makes_a_one_to_three_mix():
+    assert mix_abilities((), 0.75) == tuple(LEVEL_OF)
+    one = mix_abilities(("relation",), 0.75)
+    assert len(one) == 40 and one.count("relation") == 30  # 11 + 29: 30/40 = 3/4
+    assert all(one.count(a) == 1 for a in LEVEL_OF if a != "relation")
+    two = mix_abilities(("localisation", "relation"), 0.75)
+    assert len(two) == 72 and two.count("localisation") == two.count("relation") == 27
+    assert all(two.count(a) == 2 for a in LEVEL_OF if a not in ("localisation", "relation"))
+    # spread evenly: every window of 8 holds 5-7 of the 6 expected targets
+    for i in range(len(one)):
+        window = (one * 2)[i: i + 8]
+        assert 5 <= window.count("relation") <= 7, i
+    task = SpatialTreeTask(abilities=one)
+    assert [task.ability(i) for i in range(40)] == list(one)
+    for bad in ((("flying",), 0.75), (("relation",), 0.05), (("relation",), 1.0)):
+        with pytest.raises(ValueError, match="mix_abilities"):
+            mix_abilities(*bad)
+
+
 def test_goal_execution_accepts_any_legal_path(data):
     task, train, _ = data
     ex = next(e for e in train if e.meta.ability == "goal_execution")
@@ -209,12 +253,28 @@ def test_auto_think_rewards_in_verify_batch(data):
         "auto_level": [0.5, 1, 0, 1, 0.5, 0],
         # groups [l1 x3], [l3 x3]: a direct sample is right in both
         "auto_probe": [0.5, 1, 0, 0.5, 1, -0.5],
+        # thinking costs 0.5 on every level, whatever the answer
+        "no_think": [0.5, 1, 0, 0.5, 1, -0.5],
     }
     for reward, want in expected.items():
         v = SpatialTreeTask(reward=reward, penalty=0.5).verify_batch(comps, batch)
         assert v.scores == [1, 1, 0, 1, 1, 0]
         np.testing.assert_allclose(v.rewards, want, err_msg=reward)
         assert v.components["thinking"] == [1, 0, 0, 1, 0, 1]
+
+
+def test_no_think_reward_charges_thinking_on_every_level(data):
+    _, train, _ = data
+    l2, l4 = train[5], train[9]  # understanding, goal_execution
+    assert (l2.meta.level, l4.meta.level) == (2, 4)
+    batch = [l2, l2, l4, l4]
+    comps = [f"<think>x</think><answer>{l2.answer}</answer>", f"<answer>{l2.answer}</answer>",
+             f"<think>x</think><answer>{l4.answer}</answer>", "<answer>X</answer>"]
+    no_think = SpatialTreeTask(reward="no_think", penalty=0.25).verify_batch(comps, batch)
+    auto = SpatialTreeTask(reward="auto_level", penalty=0.25).verify_batch(comps, batch)
+    assert no_think.scores == auto.scores == [1, 1, 1, 0]
+    np.testing.assert_allclose(no_think.rewards, [0.75, 1, 0.75, 0])
+    np.testing.assert_allclose(auto.rewards, [1, 1, 1, -0.25])  # L2 free, L4 must think
 
 
 @pytest.mark.parametrize("junk", ["", "<answer>", "<answer>" * 5000, "<think>" * 5000,
