@@ -60,6 +60,7 @@ class PretrainConfig:
     caption_share: UnitInterval = 0.5  # image documents; the rest tagged think/answer ones
     question_share: Probability = 0.0  # image documents that ask a question (options listed)
     presence_share: Probability = 0.0  # of those: "which of these objects is in the image?"
+    tagged_options_share: Probability = 0.0  # tagged documents with an option list
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)
     prompt_len: Count = 176  # a document's prompt: "<image>" or a question (the longest: 169)
@@ -136,9 +137,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     checks = tasks["think"].examples("train", VALIDATION_START, p.check_examples)  # TRAINING
     # (1) pretraining: the base model, stopped by the start rule
-    pre_task = vision.PretrainTask(seed=cfg.task.seed, max_chars=p.max_chars, **{
-        k: getattr(p, k) for k in ("caption_share", "correction_share", "question_share",
-                                   "presence_share")})
+    pre_task = vision.PretrainTask(seed=cfg.task.seed, max_chars=p.max_chars,  # the *_share
+                                   **{k: v for k, v in to_dict(p).items() if k.endswith("_share")})
     pre = SFTTrainer(study.lm.model, study.lm.tokenizer, pre_task, kit.SFTConfig(
         steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=p.warmup_steps),
         mesh=study.lm.mesh, prompt_len=p.prompt_len, max_new_tokens=p.max_chars + 1)

@@ -10,7 +10,9 @@ this corpus puts those latent abilities there on purpose, and only those:
   * the tag format, from other domains: text-only `<think>...</think><answer>...</answer>`
     documents in the R1 prompt frame ("User: ...\\nAssistant: <think>"): arithmetic word
     problems, counting a word in a list, comparing two numbers. Never the spatial QA format: no
-    image, no options, no spatial or scene words (the tests check);
+    image, no spatial or scene words (the tests check); a share (`tagged_options_share`) lists
+    options after the question, the answer among 1-3 numbers within 5 of it ("Options: 12, 13,
+    10 or 11"), the rest none;
   * self-correction: a small share (`correction_share`) of captions restate one object's cell
     after a wrong one ("a red square at (2,3), wait, no: at (0,1)"), the corrected fact right;
   * the frame after an image: a share (`question_share`) of the image documents ask an
@@ -39,8 +41,9 @@ is ever seen in pretraining.
 Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: an image
 document with probability `caption_share` (of which `question_share` are questions, a share
 `presence_share` of them presence questions, the rest attribute questions; the rest captions),
-else a tagged document. `question_share` 0 gives exactly the documents of the corpus before
-questions existed, `presence_share` 0 those before presence questions (each coin has its own
+else a tagged document (`tagged_options_share` of them with options). `question_share` 0 gives
+exactly the documents of the corpus before questions existed, `presence_share` 0 those before
+presence questions, `tagged_options_share` 0 those before tagged options (each coin has its own
 stream).
 """
 
@@ -179,9 +182,14 @@ _DOMAINS = {"arithmetic": _arithmetic, "count_list": _count_list, "compare": _co
 assert tuple(_DOMAINS) == TAGGED_DOMAINS
 
 
-def _tagged(rng: np.random.Generator) -> str:
+def _tagged(rng: np.random.Generator, listed: np.random.Generator | None = None) -> str:
+    """A tagged document of a random domain; with `listed` (an rng), its question carries an
+    option list: the answer among 1-3 numbers within 5 of it (`_with_options`)."""
     domain = TAGGED_DOMAINS[int(rng.integers(len(TAGGED_DOMAINS)))]
     q, think, ans = _DOMAINS[domain](rng)
+    if listed is not None:
+        near = [str(v) for v in range(max(0, ans - 5), ans + 6) if v != ans]
+        q = _with_options(listed, q, str(ans), near)[0]
     return _framed(q, think, str(ans))
 
 
@@ -192,8 +200,9 @@ class PretrainCorpus:
     Fields: `caption_share` of documents that show an image, the rest text-only tagged
     documents; `question_share` of the image documents that are questions in the think frame
     (`presence_share` of those presence questions, the rest attribute questions), the rest
-    (image, caption) pairs; `correction_share` of captions with a self-correction; `objects`
-    the inclusive range of objects per scene.
+    (image, caption) pairs; `tagged_options_share` of the tagged documents with options;
+    `correction_share` of captions with a self-correction; `objects` the inclusive range of
+    objects per scene.
     """
 
     seed: int = 0
@@ -202,9 +211,11 @@ class PretrainCorpus:
     objects: tuple[int, int] = (1, 6)
     question_share: float = 0.0
     presence_share: float = 0.0
+    tagged_options_share: float = 0.0
 
     def __post_init__(self):
-        for field in ("caption_share", "correction_share", "question_share", "presence_share"):
+        for field in ("caption_share", "correction_share", "question_share", "presence_share",
+                      "tagged_options_share"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 raise ValueError(f"PretrainCorpus: {field} must be in [0, 1], got "
                                  f"{getattr(self, field)}")
@@ -219,7 +230,9 @@ class PretrainCorpus:
             raise ValueError(f"index must be >= 0, got {index}")
         rng = np.random.default_rng([self.seed, index])
         if rng.random() >= self.caption_share:
-            return PretrainDoc(_tagged(rng), (), "tagged")
+            listed = np.random.default_rng([self.seed, index, 3])
+            return PretrainDoc(_tagged(rng, listed if listed.random() < self.tagged_options_share
+                                       else None), (), "tagged")
         correct = bool(rng.random() < self.correction_share)
         ask = np.random.default_rng([self.seed, index, 1]).random() < self.question_share
         presence = np.random.default_rng([self.seed, index, 2]).random() < self.presence_share
@@ -279,6 +292,7 @@ class PretrainTask(Task):
     max_chars: int = 255
     question_share: float = 0.0
     presence_share: float = 0.0
+    tagged_options_share: float = 0.0
 
     def __post_init__(self):
         self.corpus  # noqa: B018 - validates the corpus fields
@@ -290,7 +304,8 @@ class PretrainTask(Task):
         return PretrainCorpus(seed=self.seed, caption_share=self.caption_share,
                               correction_share=self.correction_share, objects=self.objects,
                               question_share=self.question_share,
-                              presence_share=self.presence_share)
+                              presence_share=self.presence_share,
+                              tagged_options_share=self.tagged_options_share)
 
     @staticmethod
     def _cut(doc: PretrainDoc) -> tuple[str, str]:

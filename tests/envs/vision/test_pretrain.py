@@ -280,3 +280,23 @@ def test_presence_questions_list_exactly_one_object_of_the_scene():
     # presence_share 0 leaves the attribute-question corpus as it was, document by document
     assert PretrainCorpus(question_share=0.5, presence_share=0.0).documents(0, 300) == \
         PretrainCorpus(question_share=0.5).documents(0, 300)
+
+
+def test_tagged_options_list_the_answer_among_numbers_near_it():
+    corpus = PretrainCorpus(tagged_options_share=0.5)
+    tagged = [d for d in corpus.documents(0, 1500) if d.kind == "tagged"]
+    listed = [d for d in tagged if " Options: " in d.text]
+    assert abs(len(listed) / len(tagged) - 0.5) < 0.06
+    for d in listed:
+        options = _listed(re.search(r" Options: (.*)\n", d.text).group(1))
+        answer = re.search(r"<answer>(\d+)</answer>", d.text).group(1)
+        assert 2 <= len(options) <= 4 and len(set(options)) == len(options), d.text
+        assert answer in options
+        assert all(o.isdigit() and 0 < abs(int(o) - int(answer)) <= 5
+                   for o in options if o != answer), d.text
+        assert not any(w in d.text for w in SPATIAL_WORDS if w != "Options"), d.text
+    # the rest of the document is the tagged document without options, and share 0 is the
+    # corpus before tagged options existed
+    plain = PretrainCorpus().documents(0, 1500)
+    for d, p in zip(corpus.documents(0, 1500), plain, strict=True):
+        assert re.sub(r" Options: [^\n]*", "", d.text) == p.text
