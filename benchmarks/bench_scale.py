@@ -3,7 +3,7 @@
     python benchmarks/bench_scale.py                     # docs/scaling.md's table (tens of minutes)
     python benchmarks/bench_scale.py --models qwen2.5-7b --meshes fsdp8 --options bf16-block
     python benchmarks/bench_scale.py --models qwen2-vl-2b --meshes fsdp8 --options bf16-block
-    python benchmarks/bench_scale.py --smoke             # a tiny model, seconds (run by tests)
+    python benchmarks/bench_scale.py --smoke             # tiny models, a minute (run by tests)
 
 Nothing is allocated or run: the parameters are `jax.eval_shape`d, the inputs are
 `jax.ShapeDtypeStruct`s placed by the sharding rules (`models/sharding.py`) on a mesh of fake CPU
@@ -250,7 +250,8 @@ def main(argv=None) -> dict:
                         "tokens (448: 256) are part of --prompt, which must hold them + 2 "
                         "(vision start / end)")
     p.add_argument("--no-sampler", action="store_true", help="only the update")
-    p.add_argument("--smoke", action="store_true", help="tiny model, 2 meshes, seconds")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny model on 2 meshes, tiny-vl on 1; a minute")
     p.add_argument("--out", type=Path, default=Path("results/bench_scale.json"))
     a = p.parse_args(argv)
     # (model, meshes, options) to compile
