@@ -2,7 +2,8 @@
 
     python benchmarks/bench_scale.py                     # docs/scaling.md's table (tens of minutes)
     python benchmarks/bench_scale.py --models qwen2.5-7b --meshes fsdp8 --options bf16-block
-    python benchmarks/bench_scale.py --smoke             # a tiny model, seconds (run by tests)
+    python benchmarks/bench_scale.py --models qwen2-vl-2b --meshes fsdp8 --options bf16-block
+    python benchmarks/bench_scale.py --smoke             # tiny models, a minute (run by tests)
 
 Nothing is allocated or run: the parameters are `jax.eval_shape`d, the inputs are
 `jax.ShapeDtypeStruct`s placed by the sharding rules (`models/sharding.py`) on a mesh of fake CPU
@@ -22,6 +23,15 @@ donating update would need.
 The model shapes are those of the published config.json files (written below). The batch is
 `--rows` sequences of `--prompt` + `--new` tokens (64 x (512 + 512) by default); the layers are
 scanned (`model.scan_layers`), so a 32-layer model compiles as one layer.
+
+A vision-language model (qwen2-vl-2b: Qwen2-VL-2B's config.json, mapped by `models.hf`'s
+`config_from_hf`) gets one `--image`-pixel square image per row: the update's `SeqBatch.images`
+and the sampler's `images=` are `models.vlm.VisionInputs` ShapeDtypeStructs split by rows like
+the tokens (patches [rows, 1, (image/p)^2, C*T*p*p] float32, ...), and (image / p / m)^2 of the
+prompt's tokens are image tokens (448 pixels: 1024 patches, 256 tokens). Only the LM follows the
+options' remat and scan: the tower's blocks are a Python loop (32 unrolled blocks), without remat,
+in the options' compute dtype; its parameters match no row of the sharding table (replicated)
+and no LoRA target (frozen under LoRA).
 """
 
 from __future__ import annotations
@@ -45,12 +55,19 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxrl_suite.algorithms.grpo import GRPOBatch, GRPOTrainer  # noqa: E402
-from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, MemoryConfig  # noqa: E402
 from jaxrl_suite.core.parallel import data_sharding, make_mesh  # noqa: E402
 from jaxrl_suite.envs.text import make_task  # noqa: E402
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer  # noqa: E402
-from jaxrl_suite.models import CausalLM, LMConfig  # noqa: E402
-from jaxrl_suite.models.hf import num_params  # noqa: E402
+from jaxrl_suite.models import (  # noqa: E402
+    CausalLM,
+    LMConfig,
+    VisionConfig,
+    VisionInputs,
+    VisionLM,
+    VLMConfig,
+)
+from jaxrl_suite.models.hf import config_from_hf, num_params  # noqa: E402
 from jaxrl_suite.models.lora import LoraConfig, apply_lora  # noqa: E402
 from jaxrl_suite.models.sequence import SeqBatch  # noqa: E402
 from jaxrl_suite.models.sharding import tree_shardings  # noqa: E402
@@ -69,6 +86,29 @@ MODELS = {
                        norm_eps=1e-5, max_len=8192),
     "tiny": dict(vocab_size=512, d_model=64, n_layers=8, n_heads=4, n_kv_heads=2, d_ff=128,
                  max_len=256),
+    # Qwen2-VL-2B-Instruct's config.json as published (transformers 4 layout; the one
+    # tests/models/test_hf_qwen2_vl.py maps to 2,208,985,600 parameters), through config_from_hf
+    "qwen2-vl-2b": {
+        "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+        "bos_token_id": 151643, "eos_token_id": 151645, "vision_start_token_id": 151652,
+        "vision_end_token_id": 151653, "vision_token_id": 151654, "image_token_id": 151655,
+        "video_token_id": 151656, "hidden_act": "silu", "hidden_size": 1536,
+        "intermediate_size": 8960, "max_position_embeddings": 32768, "max_window_layers": 28,
+        "num_attention_heads": 12, "num_hidden_layers": 28, "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_sliding_window": False,
+        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16,
+                          "in_chans": 3, "hidden_size": 1536, "patch_size": 14,
+                          "spatial_merge_size": 2, "spatial_patch_size": 14,
+                          "temporal_patch_size": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vocab_size": 151936},
+    # the smoke's VLM: "tiny" with M-RoPE and a 2-block tower of 4 x 4 patches (images of a
+    # multiple of 8 pixels; 16 x 16: 16 patches, 4 tokens)
+    "tiny-vl": dict(vocab_size=512, d_model=64, n_layers=8, n_heads=4, n_kv_heads=2, d_ff=128,
+                    max_len=256, mrope_section=(2, 3, 3),
+                    vision=VisionConfig(patch_size=4, embed_dim=32, depth=2, n_heads=2,
+                                        out_dim=64)),
 }
 # name -> (devices, data, fsdp, tensor)
 MESHES = {
@@ -109,11 +149,20 @@ def _memory(compiled) -> dict:
     return out
 
 
+def model_config(model_name: str, **options) -> LMConfig:
+    """The `LMConfig` (a `VLMConfig` for a vision-language model) of `MODELS[model_name]`, with
+    `options` (dtype, remat, scan_layers): a config.json dict goes through `config_from_hf`."""
+    entry = MODELS[model_name]
+    if "model_type" in entry:
+        return config_from_hf(entry, where=model_name, **options)
+    return (VLMConfig if "vision" in entry else LMConfig)(**entry, **options)
+
+
 def build(model_name: str, option: str, mesh, rows: int, new: int):
     """(model, trainer) for one configuration."""
     dtype, remat, rank, micro, chunk = OPTIONS[option]
-    cfg = LMConfig(**MODELS[model_name], dtype=dtype, remat=remat, scan_layers=True)
-    model = CausalLM(cfg)
+    cfg = model_config(model_name, dtype=dtype, remat=remat, scan_layers=True)
+    model = (VisionLM if isinstance(cfg, VLMConfig) else CausalLM)(cfg)
     if rank:  # adapters on every projection; the base is frozen (no gradient, no Adam state)
         model = apply_lora(model, LoraConfig(rank=rank, alpha=2.0 * rank))
     grpo = GRPOConfig(prompts_per_step=rows // 8, group_size=8, max_new_tokens=new,
@@ -131,11 +180,33 @@ def abstract_state(trainer, model, mesh):
     return _abstract(state, tree_shardings(state, mesh)), params
 
 
-def compile_update(trainer, state, mesh, rows: int, prompt: int, new: int):
+def image_tokens(config: LMConfig, image: int) -> int:
+    """LM tokens of one `image`-pixel square image (0 for a text model)."""
+    if not isinstance(config, VLMConfig):
+        return 0
+    return (image // config.vision.patch_size) ** 2 // config.vision.merge_tokens
+
+
+def abstract_images(config: LMConfig, mesh, rows: int, prompt: int,
+                    image: int) -> VisionInputs | None:
+    """One `image`-pixel square image per row as `VisionInputs` ShapeDtypeStructs split by rows
+    (None for a text model)."""
+    if not isinstance(config, VLMConfig):
+        return None
+    v, rows_sh = config.vision, data_sharding(mesh)
+    s = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=rows_sh)
+    patches = (image // v.patch_size) ** 2
+    return VisionInputs(s((rows, 1, patches, v.patch_dim), jnp.float32),
+                        s((rows, 1, patches, 2), jnp.int32), s((rows, prompt, 3), jnp.int32),
+                        s((rows,), jnp.int32))
+
+
+def compile_update(trainer, state, mesh, rows: int, prompt: int, new: int,
+                   images: VisionInputs | None = None):
     rows_sh = data_sharding(mesh)
     s = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=rows_sh)
     seq = SeqBatch(s((rows, prompt), jnp.int32), s((rows, prompt), jnp.bool_),
-                   s((rows, new), jnp.int32), s((rows, new), jnp.float32))
+                   s((rows, new), jnp.int32), s((rows, new), jnp.float32), images=images)
     batch = GRPOBatch(seq, s((rows, new), jnp.float32), None, s((rows,), jnp.float32))
     shardings = jax.tree.map(lambda x: x.sharding, state)
     with jax.set_mesh(mesh):
@@ -143,7 +214,8 @@ def compile_update(trainer, state, mesh, rows: int, prompt: int, new: int):
         return fn.lower(state, batch).compile()
 
 
-def compile_sampler(model, params, mesh, rows: int, prompt: int, new: int):
+def compile_sampler(model, params, mesh, rows: int, prompt: int, new: int,
+                    images: VisionInputs | None = None):
     params = _abstract(params, tree_shardings(params, mesh))
     rows_sh = data_sharding(mesh)
     tokens = jax.ShapeDtypeStruct((rows, prompt), jnp.int32, sharding=rows_sh)
@@ -154,8 +226,8 @@ def compile_sampler(model, params, mesh, rows: int, prompt: int, new: int):
     generate = functools.partial(kv_cache.generate_tokens, model, max_new_tokens=new, top_k=0,
                                  eos_id=1, pad_id=0, greedy=False)
     with jax.set_mesh(mesh):
-        return jax.jit(generate).lower(params, tokens, mask, key, seq_ids, scalar,
-                                       scalar).compile()
+        return jax.jit(generate).lower(params, tokens, mask, key, seq_ids, scalar, scalar,
+                                       images).compile()
 
 
 def _gib(n: int) -> str:
@@ -169,44 +241,73 @@ def main(argv=None) -> dict:
     p.add_argument("--meshes", nargs="+", default=list(MESHES), choices=list(MESHES))
     p.add_argument("--options", nargs="+", default=list(DEFAULT_OPTIONS), choices=list(OPTIONS))
     p.add_argument("--rows", type=int, default=64, help="sequences per GRPO batch")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence")
+    p.add_argument("--prompt", type=int, default=512,
+                   help="prompt tokens per sequence (a VLM's image tokens included: --image)")
     p.add_argument("--new", type=int, default=512, help="completion tokens per sequence")
+    p.add_argument("--image", type=int, default=448,
+                   help="a vision-language model's image per row: its side in pixels (a "
+                        "multiple of patch x merge, 28 for Qwen2-VL); its (side / 28)^2 LM "
+                        "tokens (448: 256) are part of --prompt, which must hold them + 2 "
+                        "(vision start / end)")
     p.add_argument("--no-sampler", action="store_true", help="only the update")
-    p.add_argument("--smoke", action="store_true", help="tiny model, 2 meshes, seconds")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny model on 2 meshes, tiny-vl on 1; a minute")
     p.add_argument("--out", type=Path, default=Path("results/bench_scale.json"))
     a = p.parse_args(argv)
-    if a.smoke:
-        a.models, a.meshes = ["tiny"], ["data8", "fsdp8-tp2"]
-        a.options = ["f32", "lora16-bf16-block-chunk-mb8"]
-        a.rows, a.prompt, a.new = 64, 8, 8
-    print(f"GRPO update and sampler, {a.rows} x ({a.prompt} + {a.new}) tokens, on "
-          f"{jax.device_count()} fake {jax.default_backend()} devices")
+    # (model, meshes, options) to compile
+    plans = [(m, a.meshes, a.options) for m in a.models]
+    if a.smoke:  # + the tiny VLM on one mesh and option (one 16 x 16 image, 4 tokens, per row)
+        plans = [("tiny", ["data8", "fsdp8-tp2"], ["f32", "lora16-bf16-block-chunk-mb8"]),
+                 ("tiny-vl", ["fsdp8-tp2"], ["bf16-block-chunk-mb8"])]
+        a.rows, a.prompt, a.new, a.image = 64, 8, 8, 16
+    for model_name, _, _ in plans:  # the prompt must hold each VLM's image tokens
+        cfg = model_config(model_name)
+        if isinstance(cfg, VLMConfig):
+            unit = cfg.vision.patch_size * cfg.vision.spatial_merge_size
+            if a.image <= 0 or a.image % unit:
+                p.exit(2, f"bench_scale: --image {a.image} is not a positive multiple of "
+                          f"patch x merge = {unit} pixels ({model_name})\n")
+            need = image_tokens(cfg, a.image) + 2
+            if a.prompt < need:
+                p.exit(2, f"bench_scale: --prompt {a.prompt} cannot hold {model_name}'s "
+                          f"{need - 2} image tokens + 2 (vision start / end) of a {a.image}-pixel "
+                          f"image; use --prompt >= {need} or a smaller --image\n")
+    vlm = any(isinstance(model_config(m), VLMConfig) for m, _, _ in plans)
+    print(f"GRPO update and sampler, {a.rows} x ({a.prompt} + {a.new}) tokens"
+          + (f" (VLMs: one {a.image} x {a.image} image per row, in the prompt)" if vlm else "")
+          + f", on {jax.device_count()} fake {jax.default_backend()} devices")
     print("  per-device GiB = compiler estimates from memory_analysis() (compiled, not run)")
     head = (f"  {'model':13} {'mesh':10} {'options':27} {'params':>7} {'args':>7} {'temp':>7} "
             f"{'peak':>7} {'donated':>8} {'compile s':>9}")
     print(head)
     rows = []
-    for model_name in a.models:
-        n = num_params(LMConfig(**MODELS[model_name]))
-        for mesh_name in a.meshes:
+    for model_name, meshes, options in plans:
+        cfg = model_config(model_name)
+        n = num_params(cfg)
+        for mesh_name in meshes:
             devices, data, fsdp, tensor = MESHES[mesh_name]
             mesh = make_mesh(devices, data=data, fsdp=fsdp, tensor=tensor)
             sampled = set()
-            for option in a.options:
+            for option in options:
                 row = {"model": model_name, "params": n, "mesh": mesh_name,
                        "mesh_shape": [data, fsdp, tensor], "option": option,
                        "settings": dict(zip(SETTINGS, OPTIONS[option], strict=True))}
+                if isinstance(cfg, VLMConfig):
+                    row["image"] = {"pixels": a.image, "tokens": image_tokens(cfg, a.image)}
                 try:
                     model, trainer = build(model_name, option, mesh, a.rows, a.new)
                     state, params = abstract_state(trainer, model, mesh)
+                    images = abstract_images(model.config, mesh, a.rows, a.prompt, a.image)
                     t0 = time.perf_counter()
-                    compiled = compile_update(trainer, state, mesh, a.rows, a.prompt, a.new)
+                    compiled = compile_update(trainer, state, mesh, a.rows, a.prompt, a.new,
+                                              images)
                     row["update"] = dict(_memory(compiled), compile_s=time.perf_counter() - t0)
                     dtype = OPTIONS[option][0]
                     if not a.no_sampler and dtype not in sampled:
                         sampled.add(dtype)
                         t0 = time.perf_counter()
-                        compiled = compile_sampler(model, params, mesh, a.rows, a.prompt, a.new)
+                        compiled = compile_sampler(model, params, mesh, a.rows, a.prompt, a.new,
+                                                   images)
                         row["sampler"] = dict(_memory(compiled),
                                               compile_s=time.perf_counter() - t0)
                 except ValueError as e:  # a mesh the shapes do not divide over: said, skipped
@@ -224,7 +325,8 @@ def main(argv=None) -> dict:
                     print(f"  {'':13} {'':10} {'  sampler ' + OPTIONS[option][0]:27} {'':>7} "
                           f"{_gib(s['argument']):>7} {_gib(s['temp']):>7} {_gib(s['peak']):>7} "
                           f"{'':>8} {s['compile_s']:9.1f}")
-    result = {"rows": rows, "batch": {"rows": a.rows, "prompt": a.prompt, "new": a.new},
+    result = {"rows": rows, "batch": {"rows": a.rows, "prompt": a.prompt, "new": a.new,
+                                      "image": a.image},
               "note": "per-device bytes are XLA:CPU compiler estimates (memory_analysis), "
                       "not measured on an accelerator",
               "devices": jax.device_count(), "backend": jax.default_backend()}

@@ -43,7 +43,8 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
 
 def test_bench_scale_smoke(tmp_path):
     """bench_scale compiles the update and sampler on 64 fake devices (its own process: the
-    device count is fixed when JAX starts) and writes per-device compiler estimates."""
+    device count is fixed when JAX starts) and writes per-device compiler estimates; the tiny
+    VLM too, one image per row in the batch and the sampler."""
     import os
     import subprocess
 
@@ -55,7 +56,7 @@ def test_bench_scale_smoke(tmp_path):
     assert "compiler estimates" in proc.stdout
     figures = json.loads(out.read_text())
     assert figures["devices"] == 64
-    done = [r for r in figures["rows"] if "update" in r]
+    done = [r for r in figures["rows"] if "update" in r and r["model"] == "tiny"]
     assert {(r["mesh"], r["option"]) for r in done} == {
         (m, o) for m in ("data8", "fsdp8-tp2") for o in ("f32", "lora16-bf16-block-chunk-mb8")}
     for r in done:
@@ -66,3 +67,8 @@ def test_bench_scale_smoke(tmp_path):
     assert by[("fsdp8-tp2", "f32")] < by[("data8", "f32")]
     # LoRA: no Adam moments for the frozen base, so fewer argument bytes than full training
     assert by[("data8", "lora16-bf16-block-chunk-mb8")] < by[("data8", "f32")]
+    vl = [r for r in figures["rows"] if r["model"] == "tiny-vl"]
+    assert [(r["mesh"], r["option"]) for r in vl] == [("fsdp8-tp2", "bf16-block-chunk-mb8")]
+    assert vl[0]["image"] == {"pixels": 16, "tokens": 4}  # (16 / 4)^2 patches, 2 x 2 merged
+    for part in ("update", "sampler"):
+        assert vl[0][part]["argument"] > 0 and vl[0][part]["temp"] > 0, vl[0]
