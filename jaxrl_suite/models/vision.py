@@ -42,6 +42,7 @@ import numpy as np
 
 from jaxrl_suite.core.config import Count, Positive, Range, check_fields
 from jaxrl_suite.models.lm import apply_rope
+from jaxrl_suite.models.sharding import constrain
 
 # The OpenAI CLIP normalisation (HF's OPENAI_CLIP_MEAN / OPENAI_CLIP_STD), Qwen2-VL's default
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -199,7 +200,8 @@ class _Attention(nn.Module):
         dense = lambda f, name: nn.Dense(f, dtype=self.dtype, param_dtype=self.param_dtype,
                                          name=name)
         qkv = dense(3 * e, "qkv")(x).reshape(n, p, 3, cfg.n_heads, cfg.head_dim)  # HF's order
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [N, P, H, Dh]
+        # split by heads on a mesh (qkv's columns are split in one piece: models/sharding.py)
+        q, k, v = (constrain(qkv[:, :, i], ("batch", None, "heads", None)) for i in range(3))
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = jax.nn.dot_product_attention(q, k, v, scale=cfg.head_dim**-0.5)  # [N, P, H, Dh]
         return dense(e, "proj")(out.reshape(n, p, e))
@@ -239,7 +241,8 @@ class _Block(nn.Module):
         cfg, dt, pdt = self.config, self.dtype, self.param_dtype
         x = x + _Attention(cfg, dt, pdt, name="attn")(_layer_norm(cfg, dt, pdt, "norm1")(x),
                                                       cos, sin)
-        return x + _MLP(cfg, dt, pdt, name="mlp")(_layer_norm(cfg, dt, pdt, "norm2")(x))
+        x = x + _MLP(cfg, dt, pdt, name="mlp")(_layer_norm(cfg, dt, pdt, "norm2")(x))
+        return constrain(x, ("batch", None, None))  # residual: split by rows, as the LM's
 
 
 class PatchMerger(nn.Module):
