@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.core.config import Count, Positive, Range, check_fields
-from jaxrl_suite.models.lm import apply_rope
+from jaxrl_suite.models.lm import _REMAT_POLICIES, apply_rope
 from jaxrl_suite.models.sharding import constrain
 
 # The OpenAI CLIP normalisation (HF's OPENAI_CLIP_MEAN / OPENAI_CLIP_STD), Qwen2-VL's default
@@ -268,11 +268,16 @@ class PatchMerger(nn.Module):
 class VisionTower(nn.Module):
     """The image tower: patches [N, P, C*T*p*p] (`patchify`, one image per row, P a multiple of
     m^2) and their (row, col) positions [N, P, 2] or [P, 2] (`patch_positions`) -> LM tokens
-    [N, P / m^2, out_dim] in `dtype`. See the module docstring for the equations."""
+    [N, P / m^2, out_dim] in `dtype`. See the module docstring for the equations.
+
+    `remat` ("none" | "block" | "full", `LMConfig.remat`'s values and `jax.checkpoint` policies;
+    `VisionLM` passes its config's) wraps each block in `nn.remat`: what the backward pass keeps
+    of a block's forward (see `models.lm.Block`). The parameter tree is the same either way."""
 
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32  # compute dtype
     param_dtype: jnp.dtype = jnp.float32
+    remat: str = "none"
 
     @nn.compact
     def __call__(self, patches: jax.Array, positions: jax.Array) -> jax.Array:
@@ -283,12 +288,17 @@ class VisionTower(nn.Module):
         if patches.shape[1] % cfg.merge_tokens:
             raise ValueError(f"patches per image P={patches.shape[1]} is not a multiple of "
                              f"spatial_merge_size^2 = {cfg.merge_tokens}")
+        if self.remat not in _REMAT_POLICIES:
+            raise ValueError(f"VisionTower.remat must be one of {list(_REMAT_POLICIES)}, got "
+                             f"{self.remat!r}")
+        block = _Block if self.remat == "none" else nn.remat(
+            _Block, policy=_REMAT_POLICIES[self.remat], prevent_cse=True)  # a Python loop
         x = nn.Dense(cfg.embed_dim, use_bias=False, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="patch_embed")(patches)  # [N, P, E]
         positions = positions.reshape(-1, *positions.shape[-2:])  # [N or 1, P, 2]
         cos, sin = vision_rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
         for i in range(cfg.depth):
-            x = _Block(cfg, self.dtype, self.param_dtype, name=f"blocks_{i}")(x, cos, sin)
+            x = block(cfg, self.dtype, self.param_dtype, name=f"blocks_{i}")(x, cos, sin)
         return PatchMerger(cfg, self.dtype, self.param_dtype, name="merger")(x).astype(self.dtype)
 
 
