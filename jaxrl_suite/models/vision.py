@@ -271,13 +271,20 @@ class VisionTower(nn.Module):
     [N, P / m^2, out_dim] in `dtype`. See the module docstring for the equations.
 
     `remat` ("none" | "block" | "full", `LMConfig.remat`'s values and `jax.checkpoint` policies;
-    `VisionLM` passes its config's) wraps each block in `nn.remat`: what the backward pass keeps
-    of a block's forward (see `models.lm.Block`). The parameter tree is the same either way."""
+    `VisionLM` passes its config's) sets what the backward pass keeps of each block's forward
+    (see `models.lm.Block`). `scan` (`VisionLM` passes `LMConfig.scanned`) runs the blocks as one
+    `lax.scan` over their parameters stacked on the fly, so a compiled program holds one block;
+    without it they are a Python loop. The parameter tree is the same either way (`blocks_{i}`,
+    HF's names): the scan stacks the blocks' leaves at each call (a copy of the blocks'
+    parameters, the gradient unstacked likewise). XLA may schedule a loop's recomputation early
+    and keep it: XLA:CPU's memory estimate of a remat-ed loop (the LM's too) equals no remat's,
+    while a scan's backward recomputes one block at a time; use `remat` with `scan`."""
 
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32  # compute dtype
     param_dtype: jnp.dtype = jnp.float32
     remat: str = "none"
+    scan: bool = False
 
     @nn.compact
     def __call__(self, patches: jax.Array, positions: jax.Array) -> jax.Array:
@@ -297,8 +304,21 @@ class VisionTower(nn.Module):
                      param_dtype=self.param_dtype, name="patch_embed")(patches)  # [N, P, E]
         positions = positions.reshape(-1, *positions.shape[-2:])  # [N or 1, P, 2]
         cos, sin = vision_rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
-        for i in range(cfg.depth):
-            x = block(cfg, self.dtype, self.param_dtype, name=f"blocks_{i}")(x, cos, sin)
+        names = [f"blocks_{i}" for i in range(cfg.depth)]
+        if self.scan and not self.is_initializing():  # the blocks' parameters exist: stack them
+            stacked = jax.tree.map(lambda *xs: jnp.stack(xs),
+                                   *(self.variables["params"][n] for n in names))
+            apply = _Block(cfg, self.dtype, self.param_dtype, parent=None).apply
+
+            def step(h, params):
+                return apply({"params": params}, h, cos, sin), None
+
+            if self.remat != "none":  # in a scan no CSE can merge the recomputation away
+                step = jax.checkpoint(step, policy=_REMAT_POLICIES[self.remat], prevent_cse=False)
+            x, _ = jax.lax.scan(step, x, stacked)
+        else:
+            for name in names:
+                x = block(cfg, self.dtype, self.param_dtype, name=name)(x, cos, sin)
         return PatchMerger(cfg, self.dtype, self.param_dtype, name="merger")(x).astype(self.dtype)
 
 
