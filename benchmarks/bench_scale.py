@@ -28,10 +28,11 @@ A vision-language model (qwen2-vl-2b: Qwen2-VL-2B's config.json, mapped by `mode
 `config_from_hf`) gets one `--image`-pixel square image per row: the update's `SeqBatch.images`
 and the sampler's `images=` are `models.vlm.VisionInputs` ShapeDtypeStructs split by rows like
 the tokens (patches [rows, 1, (image/p)^2, C*T*p*p] float32, ...), and (image / p / m)^2 of the
-prompt's tokens are image tokens (448 pixels: 1024 patches, 256 tokens). Only the LM follows the
-options' remat and scan: the tower's blocks are a Python loop (32 unrolled blocks), without remat,
-in the options' compute dtype; its parameters match no row of the sharding table (replicated)
-and no LoRA target (frozen under LoRA).
+prompt's tokens are image tokens (448 pixels: 1024 patches, 256 tokens). The tower follows the
+options' remat, scan and compute dtype: its 32 blocks run as one scan over their parameters
+(stacked at each call; the tree keeps HF's per-block names), each block remat-ed with the LM's
+policy. Its parameters are split by the sharding table's tower rows like the LM's; they match no
+LoRA target (frozen under LoRA).
 """
 
 from __future__ import annotations

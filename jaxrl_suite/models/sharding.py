@@ -1,4 +1,5 @@
-"""How the language model's parameters are laid out on the mesh: one table, one file.
+"""How the language model's parameters (and a VLM's image tower's) are laid out on the mesh: one
+table, one file.
 
 Each parameter's dimensions get logical names (`PARAM_AXES`, matched on the parameter's path), and
 `RULES` maps the logical names to the axes of the mesh (`core.parallel.MESH_AXES`):
@@ -19,6 +20,12 @@ the block's output; GSPMD inserts it. FSDP shards every matrix's d_model dimensi
 layer's weights where they are used. Norm scales (and anything the table does not name) stay
 replicated: they are small. LoRA adapters follow their kernel: A [in, r] is split like the
 kernel's input dimension, B [r, out] like its output dimension, and the rank is never split.
+
+The image tower of a `VisionLM` (`models/vision.py`) uses the same names: its width E is "embed",
+the fused qkv's 3E columns and proj's E rows are "heads", fc1 / fc2's hidden width and the
+merger's are "mlp" (its rows in the table). The qkv columns are split in one piece, [q | k | v]
+in HF's order, not head by head; the tower's attention constrains q, k and v to be split by
+heads, and GSPMD moves the columns there (`check_model_mesh` asks E to divide fsdp and tensor).
 
 The rules apply to any tree whose leaves have a parameter's path as suffix (params, gradients,
 the Adam moments inside `opt_state`, the reference params), so `shard_tree(state, mesh)` places a
@@ -56,6 +63,22 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"mlp/(gate|up)/kernel_lora_b$", (None, "mlp")),
     (r"mlp/down/kernel_lora_a$", ("mlp", None)),
     (r"(attn/o|mlp/down)/kernel_lora_b$", (None, "embed")),
+    # The image tower (models/vision.py, `visual/...` in a VisionLM), split as the LM: its
+    # residual width E is "embed", the fused qkv's 3E columns and proj's E rows are "heads"
+    # (column- / row-parallel), fc1's / fc2's hidden width "mlp". The merger's mlp_0 takes the
+    # m^2 patches of a window side by side (m^2 E: "embed") to a hidden m^2 E ("mlp"), mlp_2
+    # maps that to the LM's width ("embed"). patch_embed's input, a flattened patch C*T*p*p,
+    # stays whole. Norms and the biases of E-wide outputs (proj, fc2, mlp_2) stay replicated.
+    (r"patch_embed/kernel$", (None, "embed")),
+    (r"attn/qkv/kernel$", ("embed", "heads")),
+    (r"attn/qkv/bias$", ("heads",)),
+    (r"attn/proj/kernel$", ("heads", "embed")),
+    (r"mlp/fc1/kernel$", ("embed", "mlp")),
+    (r"mlp/fc1/bias$", ("mlp",)),
+    (r"mlp/fc2/kernel$", ("mlp", "embed")),
+    (r"merger/mlp_0/kernel$", ("embed", "mlp")),
+    (r"merger/mlp_0/bias$", ("mlp",)),
+    (r"merger/mlp_2/kernel$", ("mlp", "embed")),
 )
 RULES: Mapping[str, str | tuple[str, ...] | None] = {
     "batch": ("data", "fsdp"),
@@ -157,15 +180,22 @@ def constrain(x: jax.Array, names: tuple[str | None, ...]) -> jax.Array:
 
 def check_model_mesh(config, mesh: Mesh) -> None:
     """The model's head counts and widths divide over the mesh axes that split them: a one-line
-    error naming the field, its value and the axis size otherwise."""
+    error naming the field, its value and the axis size otherwise. A vision-language model's
+    tower (`config.vision`) splits its width E over both (every other split dimension of the
+    tower is a multiple of E: 3E, mlp_ratio E, m^2 E)."""
     tensor, fsdp = mesh.shape.get("tensor", 1), mesh.shape.get("fsdp", 1)
-    for field, value, axis, size in (
+    checks = [
         ("n_heads", config.n_heads, "tensor", tensor),
         ("n_kv_heads", config.n_kv_heads, "tensor", tensor),
         ("d_ff", config.d_ff, "tensor", tensor),
         ("vocab_size", config.vocab_size, "tensor", tensor),
         ("d_model", config.d_model, "fsdp", fsdp),
-    ):
+    ]
+    vision = getattr(config, "vision", None)
+    if vision is not None:
+        checks += [("vision.embed_dim", vision.embed_dim, "tensor", tensor),
+                   ("vision.embed_dim", vision.embed_dim, "fsdp", fsdp)]
+    for field, value, axis, size in checks:
         if value % size:
             raise ValueError(f"model.{field}={value} does not divide over mesh axis {axis} of "
                              f"size {size}")

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.core.config import Count, Positive, Range, check_fields
-from jaxrl_suite.models.lm import apply_rope
+from jaxrl_suite.models.lm import _REMAT_POLICIES, apply_rope
+from jaxrl_suite.models.sharding import constrain
 
 # The OpenAI CLIP normalisation (HF's OPENAI_CLIP_MEAN / OPENAI_CLIP_STD), Qwen2-VL's default
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -199,7 +200,8 @@ class _Attention(nn.Module):
         dense = lambda f, name: nn.Dense(f, dtype=self.dtype, param_dtype=self.param_dtype,
                                          name=name)
         qkv = dense(3 * e, "qkv")(x).reshape(n, p, 3, cfg.n_heads, cfg.head_dim)  # HF's order
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [N, P, H, Dh]
+        # split by heads on a mesh (qkv's columns are split in one piece: models/sharding.py)
+        q, k, v = (constrain(qkv[:, :, i], ("batch", None, "heads", None)) for i in range(3))
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = jax.nn.dot_product_attention(q, k, v, scale=cfg.head_dim**-0.5)  # [N, P, H, Dh]
         return dense(e, "proj")(out.reshape(n, p, e))
@@ -239,7 +241,8 @@ class _Block(nn.Module):
         cfg, dt, pdt = self.config, self.dtype, self.param_dtype
         x = x + _Attention(cfg, dt, pdt, name="attn")(_layer_norm(cfg, dt, pdt, "norm1")(x),
                                                       cos, sin)
-        return x + _MLP(cfg, dt, pdt, name="mlp")(_layer_norm(cfg, dt, pdt, "norm2")(x))
+        x = x + _MLP(cfg, dt, pdt, name="mlp")(_layer_norm(cfg, dt, pdt, "norm2")(x))
+        return constrain(x, ("batch", None, None))  # residual: split by rows, as the LM's
 
 
 class PatchMerger(nn.Module):
@@ -265,11 +268,23 @@ class PatchMerger(nn.Module):
 class VisionTower(nn.Module):
     """The image tower: patches [N, P, C*T*p*p] (`patchify`, one image per row, P a multiple of
     m^2) and their (row, col) positions [N, P, 2] or [P, 2] (`patch_positions`) -> LM tokens
-    [N, P / m^2, out_dim] in `dtype`. See the module docstring for the equations."""
+    [N, P / m^2, out_dim] in `dtype`. See the module docstring for the equations.
+
+    `remat` ("none" | "block" | "full", `LMConfig.remat`'s values and `jax.checkpoint` policies;
+    `VisionLM` passes its config's) sets what the backward pass keeps of each block's forward
+    (see `models.lm.Block`). `scan` (`VisionLM` passes `LMConfig.scanned`) runs the blocks as one
+    `lax.scan` over their parameters stacked on the fly, so a compiled program holds one block;
+    without it they are a Python loop. The parameter tree is the same either way (`blocks_{i}`,
+    HF's names): the scan stacks the blocks' leaves at each call (a copy of the blocks'
+    parameters, the gradient unstacked likewise). XLA may schedule a loop's recomputation early
+    and keep it: XLA:CPU's memory estimate of a remat-ed loop (the LM's too) equals no remat's,
+    while a scan's backward recomputes one block at a time; use `remat` with `scan`."""
 
     config: VisionConfig
     dtype: jnp.dtype = jnp.float32  # compute dtype
     param_dtype: jnp.dtype = jnp.float32
+    remat: str = "none"
+    scan: bool = False
 
     @nn.compact
     def __call__(self, patches: jax.Array, positions: jax.Array) -> jax.Array:
@@ -280,12 +295,30 @@ class VisionTower(nn.Module):
         if patches.shape[1] % cfg.merge_tokens:
             raise ValueError(f"patches per image P={patches.shape[1]} is not a multiple of "
                              f"spatial_merge_size^2 = {cfg.merge_tokens}")
+        if self.remat not in _REMAT_POLICIES:
+            raise ValueError(f"VisionTower.remat must be one of {list(_REMAT_POLICIES)}, got "
+                             f"{self.remat!r}")
+        block = _Block if self.remat == "none" else nn.remat(
+            _Block, policy=_REMAT_POLICIES[self.remat], prevent_cse=True)  # a Python loop
         x = nn.Dense(cfg.embed_dim, use_bias=False, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="patch_embed")(patches)  # [N, P, E]
         positions = positions.reshape(-1, *positions.shape[-2:])  # [N or 1, P, 2]
         cos, sin = vision_rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
-        for i in range(cfg.depth):
-            x = _Block(cfg, self.dtype, self.param_dtype, name=f"blocks_{i}")(x, cos, sin)
+        names = [f"blocks_{i}" for i in range(cfg.depth)]
+        if self.scan and not self.is_initializing():  # the blocks' parameters exist: stack them
+            stacked = jax.tree.map(lambda *xs: jnp.stack(xs),
+                                   *(self.variables["params"][n] for n in names))
+            apply = _Block(cfg, self.dtype, self.param_dtype, parent=None).apply
+
+            def step(h, params):
+                return apply({"params": params}, h, cos, sin), None
+
+            if self.remat != "none":  # in a scan no CSE can merge the recomputation away
+                step = jax.checkpoint(step, policy=_REMAT_POLICIES[self.remat], prevent_cse=False)
+            x, _ = jax.lax.scan(step, x, stacked)
+        else:
+            for name in names:
+                x = block(cfg, self.dtype, self.param_dtype, name=name)(x, cos, sin)
         return PatchMerger(cfg, self.dtype, self.param_dtype, name="merger")(x).astype(self.dtype)
 
 

@@ -102,7 +102,8 @@ class VisionLM(CausalLM):
                  image_mask: jax.Array | None = None):
         cfg = self.config
         vis = cfg.vision
-        tower = VisionTower(vis, cfg.compute_dtype, cfg.param_jnp_dtype, name="visual")
+        tower = VisionTower(vis, cfg.compute_dtype, cfg.param_jnp_dtype, cfg.remat, cfg.scanned,
+                            name="visual")
         lm = lambda **kw: super(VisionLM, self).__call__(
             tokens, positions, key_mask, cache, cache_index, return_hidden, return_logits, **kw)
         if patches is None:

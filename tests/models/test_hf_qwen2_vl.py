@@ -159,12 +159,14 @@ def test_tower_equals_model_visual(hf):
         want = model.model.visual(torch.tensor(ref["pixel_values"]),
                                   grid_thw=torch.tensor(ref["image_grid_thw"])).pooler_output
     patches, grid = patchify(_images(), config.vision)
-    got = VisionTower(config.vision).apply(
-        {"params": params["params"]["visual"]}, patches.reshape(3, 64, -1),
-        patch_positions(grid, config.vision).reshape(3, 64, 2))
     want = want.numpy().reshape(3, 16, -1)
     assert np.abs(want).max() > 1.0
-    np.testing.assert_allclose(np.asarray(got), want, atol=ATOL, rtol=0)
+    # the Python loop, and the scan over the same tree (`scan_layers`) with per-block remat
+    for tower in (VisionTower(config.vision), VisionTower(config.vision, remat="block",
+                                                          scan=True)):
+        got = tower.apply({"params": params["params"]["visual"]}, patches.reshape(3, 64, -1),
+                          patch_positions(grid, config.vision).reshape(3, 64, 2))
+        np.testing.assert_allclose(np.asarray(got), want, atol=ATOL, rtol=0)
 
 
 def test_logits_and_positions_equal_transformers(hf):

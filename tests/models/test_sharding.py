@@ -1,4 +1,7 @@
-"""The sharding rules table, checked on abstract meshes (no devices needed), and the mesh config."""
+"""The sharding rules table, checked on abstract meshes (no devices needed), and the mesh config;
+a VLM's image tower placed on 8 fake CPU devices."""
+
+import textwrap
 
 import jax
 import numpy as np
@@ -7,7 +10,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 from jaxrl_suite.core.parallel import MESH_AXES, MeshConfig, make_mesh
-from jaxrl_suite.models import CausalLM, LMConfig
+from jaxrl_suite.models import CausalLM, LMConfig, VisionConfig, VLMConfig
 from jaxrl_suite.models.sharding import (
     check_model_mesh,
     constrain,
@@ -88,3 +91,73 @@ def test_mesh_config_resolves_minus_one_and_rejects_what_does_not_fit():
 def test_constrain_is_a_no_op_without_a_mesh():
     x = np.ones((4, 3), np.float32)
     assert constrain(x, ("batch", None)) is x
+
+
+def test_a_towers_width_that_does_not_divide_is_a_one_line_error():
+    cfg = VLMConfig(d_model=64, n_layers=1, n_heads=8, n_kv_heads=8, d_ff=128,
+                    mrope_section=(2, 1, 1),
+                    vision=VisionConfig(embed_dim=12, n_heads=3, out_dim=64))
+    check_model_mesh(cfg, AbstractMesh((1, 4, 2), MESH_AXES))
+    with pytest.raises(ValueError, match="model.vision.embed_dim=12 does not divide over mesh "
+                                         "axis fsdp of size 8"):
+        check_model_mesh(cfg, AbstractMesh((1, 8, 1), MESH_AXES))
+    with pytest.raises(ValueError, match="model.vision.embed_dim=12 does not divide over mesh "
+                                         "axis tensor of size 8"):
+        check_model_mesh(cfg, AbstractMesh((1, 1, 8), MESH_AXES))
+
+
+TOWER_SCRIPT = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import PartitionSpec as P
+    assert jax.device_count() == 8, jax.devices()
+    from jaxrl_suite.core.parallel import make_mesh
+    from jaxrl_suite.models import VisionConfig, VisionLM, VLMConfig
+    from jaxrl_suite.models.sharding import bytes_per_device, check_model_mesh, path_str
+    from jaxrl_suite.models.sharding import shard_tree
+
+    cfg = VLMConfig(d_model=64, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=128, max_len=64,
+                    mrope_section=(2, 3, 3),
+                    vision=VisionConfig(embed_dim=32, depth=2, n_heads=4, mlp_ratio=2,
+                                        out_dim=64))
+    params = VisionLM(cfg).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    col, row = ("fsdp", "tensor"), ("tensor", "fsdp")  # column- / row-parallel
+    want = {"patch_embed/kernel": (None, "fsdp"), "merger/mlp_0/kernel": col,
+            "merger/mlp_0/bias": ("tensor",), "merger/mlp_2/kernel": row}
+    for i in range(cfg.vision.depth):
+        b = f"blocks_{i}/"
+        want |= {b + "attn/qkv/kernel": col, b + "attn/qkv/bias": ("tensor",),
+                 b + "attn/proj/kernel": row, b + "mlp/fc1/kernel": col,
+                 b + "mlp/fc1/bias": ("tensor",), b + "mlp/fc2/kernel": row}
+    replicated = {"attn/proj/bias", "mlp/fc2/bias", "merger/mlp_2/bias", "norm1/scale",
+                  "norm1/bias", "norm2/scale", "norm2/bias", "ln_q/scale", "ln_q/bias"}
+
+    mesh = make_mesh(8, data=2, fsdp=2, tensor=2)
+    check_model_mesh(cfg, mesh)
+    tower = shard_tree(params, mesh)["params"]["visual"]
+    leaves = {path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(tower)}
+    for path, x in leaves.items():  # every leaf: split as listed, or one of the small ones
+        spec = x.sharding.spec
+        if path in want:
+            assert spec == P(*want[path]), (path, spec)
+            parts = [2 if a else 1 for a in want[path]]
+            local = tuple(d // k for d, k in zip(x.shape, parts))
+            assert all(s.data.shape == local for s in x.addressable_shards), path
+        else:
+            assert any(path.endswith(r) for r in replicated), path
+            assert all(a is None for a in spec), (path, spec)
+    assert set(want) <= set(leaves)
+
+    # FSDP alone: every big kernel split 8 ways; the tower's bytes per device ~ 1/8
+    mesh = make_mesh(8, data=1, fsdp=8, tensor=1)
+    tower = shard_tree(params, mesh)["params"]["visual"]
+    total = sum(x.nbytes for x in jax.tree.leaves(tower))
+    per_device = bytes_per_device(tower)
+    assert len(per_device) == 8 and max(per_device.values()) < 0.2 * total, per_device
+    print("OK")
+    """
+)
+
+
+def test_the_towers_kernels_are_split_on_eight_devices(run_on_host_devices):
+    run_on_host_devices(TOWER_SCRIPT, 8)

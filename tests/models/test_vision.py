@@ -108,6 +108,23 @@ def test_tower_shapes_names_and_images_are_independent(tower):
     np.testing.assert_allclose(apply(params, patches, rc[0]), out, atol=1e-6)
 
 
+@pytest.mark.parametrize("remat", ["none", "block", "full"])
+def test_a_scanned_tower_keeps_the_names_and_equals_the_loop(tower, remat):
+    """`scan` stacks the blocks' parameters at each call: the same tree (HF's names), the same
+    output and the same gradient as the Python loop (float32)."""
+    _, params, patches, rc = tower
+    scanned = VisionTower(CFG, remat=remat, scan=True)
+    assert (jax.tree.structure(scanned.init(jax.random.key(0), patches, rc))
+            == jax.tree.structure(params))
+    loss = lambda model: jax.jit(jax.value_and_grad(
+        lambda p: jnp.sum(jnp.sin(model.apply(p, patches, rc)))))
+    (want, want_grad), (got, got_grad) = loss(VisionTower(CFG))(params), loss(scanned)(params)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 got_grad, want_grad)
+    assert float(np.abs(want_grad["params"]["blocks_1"]["mlp"]["fc1"]["kernel"]).max()) > 0
+
+
 @pytest.mark.parametrize("field, value, match", [
     ("n_heads", 3, "n_heads=3"),
     ("hidden_act", "relu", "hidden_act"),

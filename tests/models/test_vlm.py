@@ -229,3 +229,48 @@ def test_completion_views_read_the_prompt_images_and_continue_at_the_offset():
     a, b = (np.delete(np.asarray(view(model, p_, seq)), IMG, -1) for p_ in (params, moved))
     np.testing.assert_array_equal(a[:, :3], b[:, :3])  # prompt image tokens ignore the row
     assert np.abs(a[:, 3:] - b[:, 3:]).max() > 1e-3  # the completion's image id reads it
+
+
+def _count_remats(jaxpr) -> int:
+    """remat2 equations in `jaxpr` and every jaxpr inside it (a scan's body)."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == "remat2"
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, tuple | list) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _count_remats(inner)
+    return n
+
+
+@pytest.mark.parametrize("remat", ["block", "full"])
+@pytest.mark.parametrize("scan", [False, True])
+def test_remat_covers_the_towers_blocks_and_keeps_params_and_gradient(remat, scan):
+    """`remat` wraps each ViT block as it wraps the LM's: one remat per block in the forward (a
+    loop), or one in each scan's body (`scan_layers`: the tower's blocks are scanned too); the
+    parameter tree is unchanged, and the gradient of a loss with images equals remat off's
+    (float32)."""
+    base = dataclasses.replace(SMALL, vision=dataclasses.replace(SMALL.vision, depth=2),
+                               scan_layers=scan)
+    prompt, mask, images = _batch()
+    vi = vision_inputs([images[0], images[1:]], prompt, mask, base)
+
+    def loss(model, params):
+        logits, _ = model.apply(params, prompt, vi.positions, mask, patches=vi.patches,
+                                patch_positions=vi.patch_positions)
+        logp = jax.nn.log_softmax(logits[:, :-1])
+        return -(jnp.take_along_axis(logp, prompt[:, 1:, None], -1)[..., 0] * mask[:, 1:]).sum()
+
+    plain, rematted = VisionLM(base), VisionLM(dataclasses.replace(base, remat=remat))
+    init = lambda m: m.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    params = _perturbed(init(plain), jax.random.key(1), 0.05)
+    assert (jax.tree_util.tree_structure(init(rematted))
+            == jax.tree_util.tree_structure(params))  # same names (HF's mapping)
+    assert "blocks_1" in params["params"]["visual"]
+    jaxpr = jax.make_jaxpr(functools.partial(loss, rematted))(params).jaxpr
+    assert _count_remats(jaxpr) == (2 if scan else base.n_layers + base.vision.depth)
+    want = jax.grad(functools.partial(loss, plain))(params)
+    got = jax.grad(functools.partial(loss, rematted))(params)
+    assert float(np.abs(want["params"]["visual"]["blocks_0"]["attn"]["qkv"]["kernel"]).max()) > 0
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), got, want)
