@@ -61,7 +61,7 @@ from jaxrl_suite.models.sharding import constrain
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # LMConfig.remat -> the `jax.checkpoint` policy of each block (see `Block`).
-_REMAT_POLICIES = {
+REMAT_POLICIES = {
     "none": None,
     "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -125,8 +125,8 @@ class LMConfig:
         if self.attention_impl not in (None, "xla", "cudnn"):
             raise ValueError(f"LMConfig.attention_impl must be null, 'xla' or 'cudnn', got "
                              f"{self.attention_impl!r}")
-        if self.remat not in _REMAT_POLICIES:
-            raise ValueError(f"LMConfig.remat must be one of {list(_REMAT_POLICIES)}, got "
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"LMConfig.remat must be one of {list(REMAT_POLICIES)}, got "
                              f"{self.remat!r}")
         if self.scan_layers not in (None, True, False):
             raise ValueError(f"LMConfig.scan_layers must be true, false or null, got "
@@ -406,7 +406,7 @@ class Block(nn.Module):
 
 def block_class(config: LMConfig):
     """`Block`, wrapped in `nn.remat` with the policy of `config.remat` unless it is "none"."""
-    policy = _REMAT_POLICIES[config.remat]
+    policy = REMAT_POLICIES[config.remat]
     if config.remat == "none":
         return Block
     # prevent_cse guards remat against XLA's CSE; inside a scan it is not needed and costs speed.
@@ -580,6 +580,7 @@ __all__ = [
     "CausalLM",
     "KVCache",
     "LMConfig",
+    "REMAT_POLICIES",
     "apply_rope",
     "init_cache",
     "output_projection",

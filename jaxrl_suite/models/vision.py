@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.core.config import Count, Positive, Range, check_fields
-from jaxrl_suite.models.lm import _REMAT_POLICIES, apply_rope
+from jaxrl_suite.models.lm import REMAT_POLICIES, apply_rope
 from jaxrl_suite.models.sharding import constrain
 
 # The OpenAI CLIP normalisation (HF's OPENAI_CLIP_MEAN / OPENAI_CLIP_STD), Qwen2-VL's default
@@ -295,11 +295,11 @@ class VisionTower(nn.Module):
         if patches.shape[1] % cfg.merge_tokens:
             raise ValueError(f"patches per image P={patches.shape[1]} is not a multiple of "
                              f"spatial_merge_size^2 = {cfg.merge_tokens}")
-        if self.remat not in _REMAT_POLICIES:
-            raise ValueError(f"VisionTower.remat must be one of {list(_REMAT_POLICIES)}, got "
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"VisionTower.remat must be one of {list(REMAT_POLICIES)}, got "
                              f"{self.remat!r}")
         block = _Block if self.remat == "none" else nn.remat(
-            _Block, policy=_REMAT_POLICIES[self.remat], prevent_cse=True)  # a Python loop
+            _Block, policy=REMAT_POLICIES[self.remat], prevent_cse=True)  # a Python loop
         x = nn.Dense(cfg.embed_dim, use_bias=False, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="patch_embed")(patches)  # [N, P, E]
         positions = positions.reshape(-1, *positions.shape[-2:])  # [N or 1, P, 2]
@@ -314,7 +314,7 @@ class VisionTower(nn.Module):
                 return apply({"params": params}, h, cos, sin), None
 
             if self.remat != "none":  # in a scan no CSE can merge the recomputation away
-                step = jax.checkpoint(step, policy=_REMAT_POLICIES[self.remat], prevent_cse=False)
+                step = jax.checkpoint(step, policy=REMAT_POLICIES[self.remat], prevent_cse=False)
             x, _ = jax.lax.scan(step, x, stacked)
         else:
             for name in names:
