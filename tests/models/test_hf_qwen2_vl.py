@@ -311,23 +311,18 @@ def test_errors_name_the_field(hf):
 
 
 def test_real_qwen2_vl_2b_config_maps_to_the_published_size():
-    """Qwen2-VL-2B-Instruct's config.json as published (transformers 4 layout). Its
-    model.safetensors.index.json gives total_size 4,417,971,200 bytes of bfloat16 (tied
-    embeddings, no lm_head): 2,208,985,600 parameters."""
-    hf = {"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
-          "bos_token_id": 151643, "eos_token_id": 151645, "vision_start_token_id": 151652,
-          "vision_end_token_id": 151653, "vision_token_id": 151654, "image_token_id": 151655,
-          "video_token_id": 151656, "hidden_act": "silu", "hidden_size": 1536,
-          "intermediate_size": 8960, "max_position_embeddings": 32768, "max_window_layers": 28,
-          "num_attention_heads": 12, "num_hidden_layers": 28, "num_key_value_heads": 2,
-          "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
-          "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_sliding_window": False,
-          "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16,
-                            "in_chans": 3, "hidden_size": 1536, "patch_size": 14,
-                            "spatial_merge_size": 2, "spatial_patch_size": 14,
-                            "temporal_patch_size": 2},
-          "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-          "vocab_size": 151936}
+    """Qwen2-VL-2B-Instruct's config.json as published (transformers 4 layout; written once,
+    in bench_scale, whose memory plan compiles it). Its model.safetensors.index.json gives
+    total_size 4,417,971,200 bytes of bfloat16 (tied embeddings, no lm_head): 2,208,985,600
+    parameters."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / "bench_scale.py"
+    spec = importlib.util.spec_from_file_location("bench_scale", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # JAX has started: its fake-device flag is left alone
+    hf = bench.MODELS["qwen2-vl-2b"]  # the one copy of the published config.json
     cfg = config_from_hf(hf)
     assert (cfg.d_model, cfg.n_heads, cfg.resolved_head_dim, cfg.mrope_section) == (
         1536, 12, 128, (16, 24, 24))
