@@ -78,3 +78,24 @@ def hf_parity():
     from lm_helpers import load_hf_parity
 
     return load_hf_parity()
+
+
+@pytest.fixture(scope="session")
+def run_smoke():
+    """`run_smoke(experiment, out)`: run `experiment` (an `Experiment`) at --smoke size into
+    `out` through the CLI, registering it first when the installed entry points predate it;
+    returns (out, its summary.json). Later CLI calls in the session find it registered."""
+    return _run_smoke
+
+
+def _run_smoke(experiment, out: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    import json
+
+    from jaxrl_suite.cli import main
+    from jaxrl_suite.core.experiment import EXPERIMENTS, load_experiments
+
+    load_experiments()
+    if experiment.name not in EXPERIMENTS:
+        EXPERIMENTS.register(experiment.name, experiment)
+    assert main(["run", experiment.name, "--smoke", "--no-progress", "--out", str(out)]) == 0
+    return out, json.loads((out / "summary.json").read_text())

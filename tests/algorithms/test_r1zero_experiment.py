@@ -2,13 +2,11 @@
 the output checks (structure, finite numbers, the claims' keys, the analysis rates in [0, 1]),
 the claim verdicts on synthetic numbers, and one-line config errors."""
 
-import json
 import math
 
 import pytest
 
 from jaxrl_suite.cli import main
-from jaxrl_suite.core.experiment import EXPERIMENTS, load_experiments
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.study import NOT_REPRODUCED, PARTLY, REPRODUCED
 from jaxrl_suite_experiments.r1zero_spatial import EXPERIMENT, KEYS, NAME, TRACE, VARIANTS
@@ -21,18 +19,9 @@ RATES = ("greedy_accuracy", "sampled_accuracy", *TRACE, *(k for k in KEYS if "_"
                                                                                     "sampled")))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    load_experiments()  # an install made before this experiment lacks its entry point
-    if NAME not in EXPERIMENTS:
-        EXPERIMENTS.register(NAME, EXPERIMENT)
-
-
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory, registered):
-    out = tmp_path_factory.mktemp("r1zero")
-    assert main(["run", NAME, *SMOKE, "--out", str(out)]) == 0
-    return out, json.loads((out / "summary.json").read_text())
+def smoke(tmp_path_factory, run_smoke):
+    return run_smoke(EXPERIMENT, tmp_path_factory.mktemp("r1zero"))
 
 
 def _rate_ok(x) -> bool:
@@ -95,7 +84,8 @@ def test_logs_hold_the_stages(smoke):
     ("task.name=countdown", "task.name must be 'spatial_qa'"),
     ("grpo.max_new_tokens=64", "'grpo.max_new_tokens'"),
 ])
-def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
+def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys, smoke):
+    # `smoke` registers the experiment where the installed entry points predate it
     assert main(["run", NAME, *SMOKE, "--set", override, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err

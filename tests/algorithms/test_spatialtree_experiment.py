@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from jaxrl_suite.cli import main
-from jaxrl_suite.core.experiment import EXPERIMENTS, load_experiments
 from jaxrl_suite.core.metrics import read_metrics
 from jaxrl_suite.core.study import NOT_REPRODUCED, PARTLY, REPRODUCED, seed_stats
 from jaxrl_suite.envs.vision import LEVEL_OF
@@ -40,18 +39,9 @@ PNGS = ("transfer_delta.png", "rl_delta_levels.png", "think_rate.png", "length_c
         "reward_curve.png")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    load_experiments()  # an install made before this experiment lacks its entry point
-    if NAME not in EXPERIMENTS:
-        EXPERIMENTS.register(NAME, EXPERIMENT)
-
-
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory, registered):
-    out = tmp_path_factory.mktemp("spatialtree")
-    assert main(["run", NAME, *SMOKE, "--out", str(out)]) == 0
-    return out, json.loads((out / "summary.json").read_text())
+def smoke(tmp_path_factory, run_smoke):
+    return run_smoke(EXPERIMENT, tmp_path_factory.mktemp("spatialtree"))
 
 
 def test_summary_structure(smoke):
@@ -208,7 +198,8 @@ def test_verdicts_on_synthetic_numbers():
     ("eval.num_examples=12", "multiples of 11"),
     ("grpo.max_new_tokens=64", "'grpo.max_new_tokens'"),
 ])
-def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys):
+def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys, smoke):
+    # `smoke` registers the experiment where the installed entry points predate it
     assert main(["run", NAME, *SMOKE, "--set", override, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
