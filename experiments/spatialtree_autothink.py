@@ -7,10 +7,8 @@ abilities are nearly uncorrelated, the higher levels correlated; RL that rewards
 everywhere helps L3/L4 and hurts L1; auto-think (no thinking on L1, thinking on L3/L4) improves
 every level (average: SFT 27.3, think-everywhere 30.1, auto-think 30.8). docs/spatialtree.md.
 
-    jaxrl-suite run spatialtree_autothink                     # full size (about 110 min, 2 cores)
-    jaxrl-suite run spatialtree_autothink --smoke             # seconds; what the tests run
-    jaxrl-suite run spatialtree_autothink --set 'parts=[rl]'  # E2 alone (or [transfer])
-    jaxrl-suite run spatialtree_autothink --resume            # a killed run continues
+    jaxrl-suite run spatialtree_autothink  # full size (about 110 min, 2 cores); --smoke: seconds
+    jaxrl-suite run spatialtree_autothink --set 'parts=[rl]'  # E2 alone ([transfer]: E1); --resume
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ from jaxrl_suite.models.hf import VisionModelConfig
 from jaxrl_suite_experiments import CONFIGS
 
 NAME, PARTS, LEVELS = "spatialtree_autothink", ("transfer", "rl"), (1, 2, 3, 4)
+MAX_SOLUTION = 370  # characters (byte tokens) of a think solution; grpo.max_new_tokens: + EOS
 COLS = vision.ABILITIES  # the eleven columns, L1 first
 L1 = tuple(c for c in COLS if vision.LEVEL_OF[c] == 1)
 L34 = tuple(c for c in COLS if vision.LEVEL_OF[c] >= 3)
@@ -45,10 +44,10 @@ KEYS = (*ACC, "sampled_accuracy", *(f"sampled_{c}" for c in COLS),
         "think_rate", "length")
 CURVES = ("reward", "accuracy", "length")  # GRPO's logged curves
 # The start rule (docs/spatialtree.md, fixed before any RL run): on variants.check_examples TRAINING
-# questions x G samples, >= 25 % of groups with unequal accuracy; sampled accuracy in [0.05, 0.95]
+# questions x G samples, >= 25 % of groups unequal in accuracy, sampled accuracy in [0.05, 0.95]
 START_RULE = {"min_nondegenerate": 0.25, "accuracy_band": (0.05, 0.95)}
-NOT_TESTED = "not tested: the start fails its rule"
-UNDEFINED = "not tested: a correlation is undefined (a constant column)"
+NOT_TESTED, UNDEFINED = ("not tested: the start fails its rule",
+                         "not tested: a correlation is undefined (a constant column)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +98,10 @@ class Config:
 
 
 def tree(cfg: Config, mix: str = "general", reward: str = "accuracy", seed: int = 0):
-    return vision.SpatialTreeTask(seed=cfg.task.seed + seed, solution_style="mixed", abilities=
-                                  vision.mix_abilities(MIXES[mix], cfg.transfer.target_share),
-                                  reward=reward, penalty=cfg.variants.penalty)
+    return vision.SpatialTreeTask(  # MAX_SOLUTION: longer items (1.8 % of exploration) redrawn
+        seed=cfg.task.seed + seed, solution_style="mixed", reward=reward, penalty=cfg.variants.
+        penalty, abilities=vision.mix_abilities(MIXES[mix], cfg.transfer.target_share),
+        max_solution_len=MAX_SOLUTION)
 
 
 def run(cfg: Config, opts: RunOptions) -> dict:

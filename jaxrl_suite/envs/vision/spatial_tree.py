@@ -349,7 +349,10 @@ class SpatialTreeTask(VisionTask):
     the transfer study, all for the blend; repeats weigh an ability, e.g. a 1:3 mix);
     `solution_style` "think" | "direct" | "level" | "mixed"; `reward` "accuracy" |
     "think_everywhere" | "auto_level" | "auto_probe" | "no_think"; `penalty` the auto-think
-    rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps.
+    rules' cost of the wrong mode; `maze_grid` (4 or 8) and `wall_p` the grid maps;
+    `max_solution_len` (None: no cap) the longest think-style solution in characters (bytes,
+    the byte tokenizer's tokens): a longer item (a few exploration traces of open 8 x 8 maps)
+    is drawn again, so every solution fits a fixed generation length.
     """
 
     name: ClassVar[str] = "spatial_tree"
@@ -361,6 +364,7 @@ class SpatialTreeTask(VisionTask):
     penalty: float = 0.5
     maze_grid: int = 8
     wall_p: float = 0.3
+    max_solution_len: int | None = None
 
     def __post_init__(self):
         if not self.abilities or not set(self.abilities) <= set(ABILITIES):
@@ -374,6 +378,9 @@ class SpatialTreeTask(VisionTask):
             raise ValueError(f"spatial_tree: maze_grid must be 4 or 8, got {self.maze_grid}")
         if not 0.0 <= self.wall_p < 1.0:
             raise ValueError(f"spatial_tree: wall_p must be in [0, 1), got {self.wall_p}")
+        if self.max_solution_len is not None and self.max_solution_len < 64:
+            raise ValueError(f"spatial_tree: max_solution_len must be >= 64 or None, got "
+                             f"{self.max_solution_len}")
 
     def ability(self, index: int) -> str:
         """The ability of example `index` (either split)."""
@@ -388,7 +395,9 @@ class SpatialTreeTask(VisionTask):
             return None
         ability = self.ability(index)
         item = _GENERATORS[ability][1](rng, scenes)
-        if item is None:
+        if item is None or (self.max_solution_len is not None and len(
+                f"{THINK_OPEN}{item.trace}{THINK_CLOSE}{answer_tags(item.answer)}")
+                > self.max_solution_len):
             return None
         prompt = f"{IMAGE_MARKER * len(scenes)}User: {item.question}\nAssistant:"
         return Example(prompt, item.answer, TreeMeta(scenes, LEVEL_OF[ability], ability,

@@ -294,3 +294,17 @@ def test_bad_options_raise():
         SpatialTreeTask(solution_style="cot")
     with pytest.raises(ValueError, match="maze_grid must be 4 or 8"):
         SpatialTreeTask(maze_grid=6)
+    with pytest.raises(ValueError, match="max_solution_len must be >= 64"):
+        SpatialTreeTask(max_solution_len=10)
+
+
+def test_max_solution_len_redraws_only_the_longer_items():
+    # exploration traces of open 8 x 8 maps are the longest solutions (up to ~385 characters)
+    kw = dict(abilities=("exploration",), solution_style="think")
+    free, capped = SpatialTreeTask(**kw), SpatialTreeTask(**kw, max_solution_len=340)
+    a, b = free.examples("train", 0, 300), capped.examples("train", 0, 300)
+    long = [i for i, ex in enumerate(a) if len(free.solution(ex)) > 340]
+    assert long  # the cap binds on this sample
+    assert all(len(capped.solution(ex)) <= 340 for ex in b)
+    # every item within the cap is the same item; the longer ones are drawn again
+    assert [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y] == long
