@@ -7,8 +7,7 @@ length dips, then grows, with self-correction; RL from an instruct model reasons
 naive length reward (0.001 per token) does not help. docs/r1zero.md has the setup and results.
 
     jaxrl-suite run r1zero_spatial              # full size (about 90 min on a 2-core CPU)
-    jaxrl-suite run r1zero_spatial --smoke      # seconds; what the tests run
-    jaxrl-suite run r1zero_spatial --resume     # a killed run continues where it stopped
+    jaxrl-suite run r1zero_spatial --smoke      # seconds (the tests); --resume: a run goes on
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ class PretrainConfig:
     caption_share: UnitInterval = 0.5  # image documents; the rest tagged think/answer ones
     question_share: Probability = 0.0  # image documents that ask a question (options listed)
     presence_share: Probability = 0.0  # of those: "which of these objects is in the image?"
+    kind_share: Probability = 0.0  # of the rest: "which of these is a number?" (else attribute)
     tagged_options_share: Probability = 0.0  # tagged documents with an option list
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)

@@ -35,6 +35,7 @@ from jaxrl_suite.envs.vision.maze import (
 )
 from jaxrl_suite.envs.vision.pretrain import (
     DOC_KINDS,
+    OPTION_KINDS,
     TAGGED_DOMAINS,
     PretrainCorpus,
     PretrainDoc,
@@ -80,6 +81,7 @@ __all__ = [
     "LEVEL_OF",
     "MOVES",
     "OBJECT_COLOURS",
+    "OPTION_KINDS",
     "PALETTE",
     "PROMPT_STYLES",
     "SHAPES",

@@ -26,7 +26,12 @@ this corpus puts those latent abilities there on purpose, and only those:
     attribute is unique are redrawn. A share (`presence_share`) of the questions asks instead
     "Which of these objects is in the image?" among 2-4 full object names, exactly one of them
     in the scene (the answer: its name, as depth and distance answers are names); the answer
-    needs the options, where an attribute can be read off the image without them. Never a
+    needs the options, where an attribute can be read off the image without them. A share
+    (`kind_share`) of the other questions are *kind* questions instead of attribute ones:
+    "Which of these is a number? Options: left, 3 or red square" -> the one listed option of
+    the asked kind (a number 0-9, a direction word left / right / above / below, or an object
+    name) among 1-3 options of the other kinds: picking a listed number or direction word
+    after an image, with nothing asked about where anything is. Never a
     count, relation, depth or distance question (docs/r1zero.md: the base must have seen
     image -> `<think>` reading the scene -> picking one of the offered options in `<answer>`,
     which the anchor's base brings from its pretraining; the spatial skills stay RL's).
@@ -40,11 +45,12 @@ is ever seen in pretraining.
 
 Documents are deterministic by (seed, index): `corpus.document(i)`; kind by index: an image
 document with probability `caption_share` (of which `question_share` are questions, a share
-`presence_share` of them presence questions, the rest attribute questions; the rest captions),
+`presence_share` of them presence questions, of the rest a share `kind_share` kind questions,
+the others attribute questions; the rest captions),
 else a tagged document (`tagged_options_share` of them with options). `question_share` 0 gives
 exactly the documents of the corpus before questions existed, `presence_share` 0 those before
-presence questions, `tagged_options_share` 0 those before tagged options (each coin has its own
-stream).
+presence questions, `kind_share` 0 those before kind questions, `tagged_options_share` 0
+those before tagged options (each coin has its own stream).
 """
 
 from __future__ import annotations
@@ -160,6 +166,24 @@ def _presence_question(rng: np.random.Generator, scene: Scene) -> tuple[str, str
     return _with_options(rng, "Which of these objects is in the image?", present, absent)
 
 
+# a kind question's kinds: (the word the question uses, the options of that kind)
+OPTION_KINDS = {"number": ("a number", tuple(str(n) for n in range(10))),
+         "direction": ("a direction", ("left", "right", "above", "below")),
+         "object": ("an object", tuple(f"{c} {s}" for c in OBJECT_COLOURS for s in SHAPES))}
+
+
+def _kind_question(rng: np.random.Generator) -> tuple[str, str]:
+    """("Which of these is a number? Options: ...", the one listed option of that kind): an
+    option of a random kind among 1-3 options drawn from 3 words of each other kind
+    (`OPTION_KINDS`; so both other kinds are as likely to be listed)."""
+    kind = tuple(OPTION_KINDS)[int(rng.integers(len(OPTION_KINDS)))]
+    words = OPTION_KINDS[kind][1]
+    others = [ws[int(i)] for k, (_, ws) in OPTION_KINDS.items() if k != kind
+              for i in rng.choice(len(ws), size=3, replace=False)]
+    return _with_options(rng, f"Which of these is {OPTION_KINDS[kind][0]}?",
+                         words[int(rng.integers(len(words)))], others)
+
+
 def _with_options(rng: np.random.Generator, question: str, answer: str,
                   others: list[str]) -> tuple[str, str]:
     """(question + " Options: " + `answer` among 1-3 of `others`, shuffled, lettered with
@@ -199,7 +223,8 @@ class PretrainCorpus:
 
     Fields: `caption_share` of documents that show an image, the rest text-only tagged
     documents; `question_share` of the image documents that are questions in the think frame
-    (`presence_share` of those presence questions, the rest attribute questions), the rest
+    (`presence_share` of those presence questions, of the rest `kind_share` kind questions,
+    the others attribute questions), the rest
     (image, caption) pairs; `tagged_options_share` of the tagged documents with options;
     `correction_share` of captions with a self-correction; `objects` the inclusive range of
     objects per scene.
@@ -212,10 +237,11 @@ class PretrainCorpus:
     question_share: float = 0.0
     presence_share: float = 0.0
     tagged_options_share: float = 0.0
+    kind_share: float = 0.0
 
     def __post_init__(self):
         for field in ("caption_share", "correction_share", "question_share", "presence_share",
-                      "tagged_options_share"):
+                      "tagged_options_share", "kind_share"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 raise ValueError(f"PretrainCorpus: {field} must be in [0, 1], got "
                                  f"{getattr(self, field)}")
@@ -236,6 +262,7 @@ class PretrainCorpus:
         correct = bool(rng.random() < self.correction_share)
         ask = np.random.default_rng([self.seed, index, 1]).random() < self.question_share
         presence = np.random.default_rng([self.seed, index, 2]).random() < self.presence_share
+        kind = np.random.default_rng([self.seed, index, 4]).random() < self.kind_share
         lo, hi = self.objects
         for _ in range(MAX_DRAWS):
             scene = draw_scene(rng, int(rng.integers(lo, hi + 1)))
@@ -243,8 +270,8 @@ class PretrainCorpus:
                 continue
             if not ask:
                 return PretrainDoc(_caption(rng, scene, correct), (scene,), "caption", correct)
-            qa = (_presence_question(rng, scene) if presence else
-                  _attribute_question(rng, scene))
+            qa = (_presence_question(rng, scene) if presence else _kind_question(rng) if kind
+                  else _attribute_question(rng, scene))
             if qa is not None:
                 think = _caption(rng, scene, False)[len(IMAGE_MARKER):]
                 return PretrainDoc(_framed(qa[0], think, qa[1], image=True), (scene,),
@@ -293,6 +320,7 @@ class PretrainTask(Task):
     question_share: float = 0.0
     presence_share: float = 0.0
     tagged_options_share: float = 0.0
+    kind_share: float = 0.0
 
     def __post_init__(self):
         self.corpus  # noqa: B018 - validates the corpus fields
@@ -305,7 +333,8 @@ class PretrainTask(Task):
                               correction_share=self.correction_share, objects=self.objects,
                               question_share=self.question_share,
                               presence_share=self.presence_share,
-                              tagged_options_share=self.tagged_options_share)
+                              tagged_options_share=self.tagged_options_share,
+                              kind_share=self.kind_share)
 
     @staticmethod
     def _cut(doc: PretrainDoc) -> tuple[str, str]:
@@ -334,5 +363,6 @@ class PretrainTask(Task):
         return float(completion.strip() == ex.answer.strip())
 
 
-__all__ = ["DOC_KINDS", "TAGGED_DOMAINS", "PretrainCorpus", "PretrainDoc", "PretrainMeta",
+__all__ = ["DOC_KINDS", "OPTION_KINDS", "TAGGED_DOMAINS", "PretrainCorpus", "PretrainDoc",
+           "PretrainMeta",
            "PretrainTask"]

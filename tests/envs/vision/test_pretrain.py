@@ -282,6 +282,42 @@ def test_presence_questions_list_exactly_one_object_of_the_scene():
         PretrainCorpus(question_share=0.5).documents(0, 300)
 
 
+def test_kind_questions_list_exactly_one_option_of_the_asked_kind():
+    from jaxrl_suite.envs.vision import SpatialQATask
+
+    corpus = PretrainCorpus(question_share=1.0, presence_share=0.5, kind_share=1.0)
+    got = [d for d in corpus.documents(0, 1500) if d.kind == "question"]
+    kinds = [d for d in got if "User: Which of these is " in d.text]
+    assert abs(len(kinds) / len(got) - 0.5) < 0.06  # every non-presence question
+    # each kind's vocabulary, written out here: numbers, the relation answers, object names
+    vocab = {"a number": {str(n) for n in range(10)},
+             "a direction": {"left", "right", "above", "below"},
+             "an object": {f"{c} {s}" for c in OBJECT_COLOURS for s in SHAPES}}
+    asked, listed_kinds = set(), set()
+    for d in kinds:
+        kind, listed = re.match(r"<image>User: Which of these is (a number|a direction|an "
+                                r"object)\? Options: (.*)\n", d.text).groups()
+        options = _listed(listed)
+        answer = re.fullmatch(r".*</think><answer>(.+)</answer>", d.text, re.S).group(1)
+        assert 2 <= len(options) <= 4 and len(set(options)) == len(options), listed
+        assert [o for o in options if o in vocab[kind]] == [answer], listed
+        assert all(any(o in v for v in vocab.values()) for o in options), listed
+        asked.add(kind)
+        listed_kinds |= {k for k, v in vocab.items() if k != kind and set(options) & v}
+        think = d.text.split(FRAME, 1)[1].split("</think>", 1)[0]
+        assert all(f.holds for f in grounded_facts(think, d.scenes[0])), think  # the caption
+    assert asked == listed_kinds == set(vocab)
+    # the answers of count and relation questions are in the number and direction kinds
+    for ex in SpatialQATask().examples("train", 0, 40):
+        if ex.meta.category in ("count", "relation"):
+            assert ex.answer in vocab["a number"] | vocab["a direction"], ex.answer
+    # kind_share 0 leaves the corpus as it was, document by document
+    assert PretrainCorpus(question_share=0.5, presence_share=0.5, kind_share=0.0).documents(
+        0, 300) == PretrainCorpus(question_share=0.5, presence_share=0.5).documents(0, 300)
+    with pytest.raises(ValueError, match="kind_share must be in"):
+        PretrainCorpus(kind_share=1.5)
+
+
 def test_tagged_options_list_the_answer_among_numbers_near_it():
     corpus = PretrainCorpus(tagged_options_share=0.5)
     tagged = [d for d in corpus.documents(0, 1500) if d.kind == "tagged"]
