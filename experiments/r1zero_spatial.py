@@ -1,10 +1,9 @@
 """VisualThinker-R1-Zero on rendered spatial QA: GRPO from a pretrained "base" VLM (issue 46).
 
-Claims (arXiv 2503.05132; turningpoint-ai/VisualThinker-R1-Zero, src/open-r1-multimodal/src/
-open_r1/grpo.py): GRPO from the base, the prompt ending inside `<think>`, reward accuracy +
-format, lifts CVBench accuracy ~30 % over the base and ~2 % over answer-only SFT; the response
-length dips, then grows, with self-correction; RL from an instruct model reasons trivially; a
-naive length reward (0.001 per token) does not help. docs/r1zero.md has the setup and results.
+Claims (arXiv 2503.05132; the anchor's code and our setup: docs/r1zero.md): GRPO from the base,
+the prompt ending inside `<think>`, reward accuracy + format, lifts CVBench accuracy ~30 % over
+the base and ~2 % over answer-only SFT; the response length dips, then grows, with
+self-correction; RL from an instruct model reasons trivially; a length reward does not help.
 
     jaxrl-suite run r1zero_spatial              # full size (about 90 min on a 2-core CPU)
     jaxrl-suite run r1zero_spatial --smoke      # seconds (the tests); --resume: a run goes on
@@ -33,7 +32,7 @@ from jaxrl_suite.core.config import (
 )
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.parallel import print0
-from jaxrl_suite.core.study import Study, check_variants, format_numbers
+from jaxrl_suite.core.study import START_FAILS, Study, check_variants, format_numbers
 from jaxrl_suite.envs import vision
 from jaxrl_suite.models.hf import VisionModelConfig
 from jaxrl_suite_experiments import CONFIGS
@@ -45,9 +44,8 @@ VARIANTS = {"r1zero": ("GRPO from the base", "think"), "sft": ("answer-only SFT"
             "length": ("GRPO with the naive length reward", "think")}
 TRACE = ("think_rate", "trivial_rate", "grounded_fact_rate", "self_correction_rate",
          "correction_fix_share")
-CATS = vision.CATEGORIES
 KEYS = ("greedy_accuracy", "sampled_accuracy", "length", *TRACE,
-        *(f"acc_{c}" for c in CATS), *(f"sampled_{c}" for c in CATS))
+        *(f"acc_{c}" for c in vision.CATEGORIES), *(f"sampled_{c}" for c in vision.CATEGORIES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +62,8 @@ class PretrainConfig:
     correction_share: UnitInterval = 0.05  # captions with a "wait, no:" self-correction
     max_chars: Count = 255  # longest document continuation (longer ones are redrawn)
     prompt_len: Count = 176  # a document's prompt: "<image>" or a question (the longest: 169)
-    # The start rule (docs/r1zero.md): every check_every steps, check_examples TRAINING questions
-    # x grpo.group_size samples; stop at the first check with sampled accuracy >= stop_accuracy
-    # and a share >= min_nondegenerate of groups with unequal rewards (null: all `steps`).
+    # The start rule (docs/r1zero.md; `passes`): every check_every steps, on check_examples TRAINING
+    # questions x G samples, accuracy >= stop_accuracy and >= min_nondegenerate groups unequal.
     check_every: Count = 250
     check_examples: Count = 32
     stop_accuracy: UnitInterval | None = 0.3
@@ -74,6 +71,10 @@ class PretrainConfig:
 
     def __post_init__(self):
         check_fields(self, "pretrain.")
+
+    def passes(self, c: dict) -> bool:  # a group_check passes the start rule (null: accuracy any)
+        return (c["sampled_accuracy"] >= (self.stop_accuracy or 0.0)
+                and c["nondegenerate_share"] >= self.min_nondegenerate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +149,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             return {}
         c = study.group_check(runners["think"], state.params, checks)
         print0(f"[{NAME}] pretraining step {n}: {format_numbers(c)}")
-        return {**c, "stop": p.stop_accuracy is not None and c["sampled_accuracy"]
-                >= p.stop_accuracy and c["nondegenerate_share"] >= p.min_nondegenerate}
+        return {**c, "stop": p.stop_accuracy is not None and p.passes(c)}
 
     ckpt = study.checkpoint_dir("pretrain")
     with study.log(study.run_dir("pretrain"), [(ckpt, 0)]) as log:
@@ -157,11 +157,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                                                    kit.lm_keys(study.start_seed).sft),
                                stage="pretrain", num_steps=p.steps, checkpoint_dir=ckpt,
                                logger=log, callback=rule)
-    base = base_state.params
-    # (2) the start check, before any RL run
+    base = base_state.params  # (2) the start check (start_passes: the rule), before any RL run
     start = study.cached(opts.out_dir / "start_check.json", lambda: {
         "pretrain_steps": int(base_state.step), **study.group_check(runners["think"], base, checks),
         "base_think": evaluate(base, "think"), "base_direct": evaluate(base, "direct")})
+    start["start_passes"] = p.passes(start)
     for k in ("think", "direct"):
         print0(f"[{NAME}] start check, base ({k} prompt): {format_numbers(start[f'base_{k}'])}")
     instruct = None
@@ -169,10 +169,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         instruct = study.shared_sft(tasks["direct"], params=base, name="instruct_start").params
         start["instruct_think"] = study.cached(opts.out_dir / "instruct_eval.json",
                                                lambda: evaluate(instruct, "think"))
-    trainers = {v: study.grpo_trainer(g, ref_params=instruct if v == "instruct" else base,
-                                      task=spatial(
-        cfg, "think", cfg.variants.length_per_token if v == "length" else 0.0))
-        for v in cfg.variants.names if v != "sft"}
+    trainers = {v: study.grpo_trainer(g, ref_params=base if v != "instruct" else instruct, task=
+                spatial(cfg, "think", cfg.variants.length_per_token * (v == "length")))
+                for v in cfg.variants.names if v != "sft"}
 
     def train(variant: str, seed: int, _) -> dict:
         t0, ckpt, trainer = time.perf_counter(), study.checkpoint_dir(variant, seed), \
@@ -260,7 +259,8 @@ def _claims(stats: dict, start: dict, main: Study) -> dict:
             "paper": "the naive length reward lengthens responses without helping accuracy",
             "accuracy": a, "longer": longer, "verdict": kit.LMStudy.verdict(not helps and longer,
                                                                            not helps)}
-    return out
+    fails = {"verdict": START_FAILS} if not start["start_passes"] else {}
+    return {k: {**c, **fails} for k, c in out.items()}
 
 
 def _plots(study, studies, stats: dict, start: dict, opts: RunOptions) -> None:
@@ -270,8 +270,8 @@ def _plots(study, studies, stats: dict, start: dict, opts: RunOptions) -> None:
               for k in ("greedy_accuracy", "sampled_accuracy")}
     study.plot_bars(groups, opts.out_dir / "accuracy.png", ylabel="held-out accuracy",
                     title=f"{NAME}: CVBench-like held-out accuracy (dots: seeds)")
-    cats = {c: {**{b: [r[f"acc_{c}"]] for b, r in base.items()},
-                **{v: s[f"acc_{c}"]["per_seed"] for v, s in stats.items()}} for c in CATS}
+    cats = {c: {**{b: [r[f"acc_{c}"]] for b, r in base.items()}, **{
+        v: s[f"acc_{c}"]["per_seed"] for v, s in stats.items()}} for c in vision.CATEGORIES}
     study.plot_bars(cats, opts.out_dir / "categories.png", ylabel="greedy held-out accuracy",
                     title=f"{NAME}: per category (dots: seeds)")
     curves = {}

@@ -46,8 +46,8 @@ CURVES = ("reward", "accuracy", "length")  # GRPO's logged curves
 # The start rule (docs/spatialtree.md, fixed before any RL run): on variants.check_examples TRAINING
 # questions x G samples, >= 25 % of groups unequal in accuracy, sampled accuracy in [0.05, 0.95]
 START_RULE = {"min_nondegenerate": 0.25, "accuracy_band": (0.05, 0.95)}
-NOT_TESTED, UNDEFINED = ("not tested: the start fails its rule",
-                         "not tested: a correlation is undefined (a constant column)")
+NOT_TESTED = core.START_FAILS
+UNDEFINED = "not tested: a correlation is undefined (a constant column)"
 
 
 @dataclasses.dataclass(frozen=True)

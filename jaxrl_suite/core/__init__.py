@@ -35,7 +35,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "rundir": ("earlier_run", "log_resume_changes", "move_aside", "resume_changes"),
     "signals": ("Terminated", "sigterm_received", "stop_on_sigterm"),
     "study": (
-        "Study", "check_seeds", "check_variants", "compare_seeds", "format_numbers",
+        "START_FAILS", "Study", "check_seeds", "check_variants", "compare_seeds", "format_numbers",
         "group_correlations", "open_run_log", "seed_deltas", "seed_stats", "verdict"
     ),
     "train": (

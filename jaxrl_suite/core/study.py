@@ -139,6 +139,9 @@ def group_correlations(x, groups: Mapping[str, Sequence[int]]) -> dict[str, dict
 
 
 REPRODUCED, PARTLY, NOT_REPRODUCED = "reproduced", "partly reproduced", "not reproduced"
+# an RL claim's verdict where its start fails the rule written down before any RL run (a start
+# that cannot learn the task makes every RL comparison noise; the numbers are still reported)
+START_FAILS = "not tested: the start fails its rule"
 
 
 def verdict(holds: bool, partly: bool = False, *, partly_label: str = PARTLY) -> str:

@@ -1,6 +1,6 @@
 """The r1zero_spatial experiment (issue 46) through the CLI at smoke size: one run shared by
 the output checks (structure, finite numbers, the claims' keys, the analysis rates in [0, 1]),
-the claim verdicts on synthetic numbers, and one-line config errors."""
+the start rule and its gate on the verdicts, and one-line config errors."""
 
 import math
 
@@ -8,8 +8,15 @@ import pytest
 
 from jaxrl_suite.cli import main
 from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.core.study import NOT_REPRODUCED, PARTLY, REPRODUCED
-from jaxrl_suite_experiments.r1zero_spatial import EXPERIMENT, KEYS, NAME, TRACE, VARIANTS
+from jaxrl_suite.core.study import START_FAILS
+from jaxrl_suite_experiments.r1zero_spatial import (
+    EXPERIMENT,
+    KEYS,
+    NAME,
+    TRACE,
+    VARIANTS,
+    PretrainConfig,
+)
 
 SMOKE = ["--smoke", "--no-progress"]
 CLAIMS = {"cvbench_gain", "length_dip_then_grow", "aha", "instruct_trivial",
@@ -56,12 +63,22 @@ def test_claims_have_their_keys_and_a_verdict(smoke):
     _, s = smoke
     claims = s["claims"]
     assert set(claims) == CLAIMS
+    assert s["start_check"]["start_passes"] is False  # smoke: 2 pretraining steps
     for name, c in claims.items():
-        assert c["verdict"] in (REPRODUCED, PARTLY, NOT_REPRODUCED), name
+        assert c["verdict"] == START_FAILS, name  # the numbers stay, the verdict is gated
         assert c["paper"], name
     assert len(claims["length_dip_then_grow"]["per_seed"]) == 1
     assert claims["cvbench_gain"]["greedy"]["r1zero"] == \
         s["variants"]["r1zero"]["greedy_accuracy"]["per_seed"]
+
+
+def test_start_rule_passes_on_hand_made_checks():
+    rule = PretrainConfig(stop_accuracy=0.3, min_nondegenerate=0.5)
+    check = lambda acc, nondeg: {"sampled_accuracy": acc, "nondegenerate_share": nondeg}
+    assert rule.passes(check(0.3, 0.5)) and rule.passes(check(0.9, 1.0))
+    assert not rule.passes(check(0.29, 0.9)) and not rule.passes(check(0.6, 0.49))
+    no_band = PretrainConfig(stop_accuracy=None, min_nondegenerate=0.5)  # accuracy unchecked
+    assert no_band.passes(check(0.0, 0.5)) and not no_band.passes(check(1.0, 0.4))
 
 
 def test_logs_hold_the_stages(smoke):
