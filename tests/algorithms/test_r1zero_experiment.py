@@ -2,6 +2,7 @@
 the output checks (structure, finite numbers, the claims' keys, the analysis rates in [0, 1]),
 the start rule and its gate on the verdicts, and one-line config errors."""
 
+import json
 import math
 
 import pytest
@@ -79,6 +80,24 @@ def test_start_rule_passes_on_hand_made_checks():
     assert not rule.passes(check(0.29, 0.9)) and not rule.passes(check(0.6, 0.49))
     no_band = PretrainConfig(stop_accuracy=None, min_nondegenerate=0.5)  # accuracy unchecked
     assert no_band.passes(check(0.0, 0.5)) and not no_band.passes(check(1.0, 0.4))
+
+
+def test_answers_tool_reproduces_the_rules_accuracy_and_sorts_every_answer(smoke, capsys):
+    from jaxrl_suite_experiments.r1zero_answers import kind_of, main
+
+    out, s = smoke
+    assert main([str(out), "--smoke"]) == 0
+    got = json.loads((out / "answers_2.json").read_text())  # the latest checkpoint: step 2
+    assert got["step"] == 2 and len(got["rows"]) == 2 * 4  # check_examples x G (smoke)
+    # the checkpoint reloaded and sampled again gives the rule's own figure at that step
+    assert got["accuracy"] == pytest.approx(s["start_check"]["sampled_accuracy"])
+    assert all(r["kind"] == kind_of(r["answer"], r["options"]) for r in got["rows"])
+    assert "pretraining step 2" in capsys.readouterr().out
+    options = ("2", "left", "red circle")
+    assert [kind_of(a, options) for a in (None, "left", "7", "below", "red", "circle",
+                                         "blue square", "blue dog", "2")] == [
+        "no answer", "option", "number", "direction", "colour", "shape", "object name", "other",
+        "option"]
 
 
 def test_logs_hold_the_stages(smoke):
