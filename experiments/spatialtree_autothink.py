@@ -7,7 +7,7 @@ abilities are nearly uncorrelated, the higher levels correlated; RL that rewards
 everywhere helps L3/L4 and hurts L1; auto-think (no thinking on L1, thinking on L3/L4) improves
 every level (average: SFT 27.3, think-everywhere 30.1, auto-think 30.8). docs/spatialtree.md.
 
-    jaxrl-suite run spatialtree_autothink  # full size (about 110 min, 2 cores); --smoke: seconds
+    jaxrl-suite run spatialtree_autothink  # full size (95 min on 2 cores); --smoke: seconds
     jaxrl-suite run spatialtree_autothink --set 'parts=[rl]'  # E2 alone ([transfer]: E1); --resume
 """
 
