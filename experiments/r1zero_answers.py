@@ -24,8 +24,8 @@ import numpy as np
 
 from jaxrl_suite.algorithms import lm_study as kit
 from jaxrl_suite.algorithms.sft import VALIDATION_START, SFTTrainer
-from jaxrl_suite.core.checkpoint import Checkpointer
-from jaxrl_suite.core.config import load_config
+from jaxrl_suite.core.checkpoint import CheckpointNotFoundError
+from jaxrl_suite.core.config import ConfigError, load_config
 from jaxrl_suite.core.experiment import RunOptions
 from jaxrl_suite.envs import vision
 from jaxrl_suite.rewards.format import extract_answer
@@ -66,17 +66,11 @@ def answers(run_dir: Path, *, step: int | None = None, smoke: bool = False) -> d
                      kit.SFTConfig(steps=p.steps, batch_size=p.batch_size), mesh=study.lm.mesh,
                      prompt_len=p.prompt_len, max_new_tokens=p.max_chars + 1)
     template = pre.init_state(study.lm.init_params(study.start_seed), kit.lm_keys(0).sft)
-    ckpt = Checkpointer(run_dir / "checkpoints" / "pretrain", trainable=pre.trainable)
-    try:
-        state, _ = ckpt.restore(template, step=step)
-    finally:
-        ckpt.close()
-    checks = task.examples("train", VALIDATION_START, p.check_examples)
-    flat = [e for e in checks for _ in range(cfg.grpo.group_size)]
-    texts, _ = study.lm_trainer(task).complete(state.params, flat, batch_size=cfg.eval.batch_size,
-                                               rng=study.sampled_key,
-                                               temperature=cfg.grpo.temperature)
-    scores = task.verify_batch(texts, flat).scores
+    state = study.restore(pre, template, run_dir / "checkpoints" / "pretrain", step=step,
+                          what="r1zero_answers")
+    flat, texts, v = study.group_samples(study.lm_trainer(task), state.params, task.examples(
+        "train", VALIDATION_START, p.check_examples))  # the start rule's own samples
+    scores = v.scores
     rows = [{"category": e.meta.category, "options": list(e.meta.options),
              "answer": extract_answer(t), "kind": kind_of(extract_answer(t), e.meta.options),
              "score": float(s)} for t, e, s in zip(texts, flat, scores, strict=True)]
@@ -89,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step", type=int, default=None, help="a pretraining checkpoint step")
     ap.add_argument("--smoke", action="store_true", help="the run used --smoke")
     a = ap.parse_args(argv)
-    out = answers(a.run_dir, step=a.step, smoke=a.smoke)
+    try:
+        out = answers(a.run_dir, step=a.step, smoke=a.smoke)
+    except (CheckpointNotFoundError, ConfigError) as e:  # one line naming what is missing
+        print(f"r1zero_answers: {e}", file=sys.stderr)
+        return 2
     (a.run_dir / f"answers_{out['step']}.json").write_text(json.dumps(out, indent=1))
     print(f"pretraining step {out['step']}: the rule's sampled accuracy {out['accuracy']:.3f}")
     tally = collections.Counter((r["category"], r["kind"]) for r in out["rows"])

@@ -655,18 +655,24 @@ class LMStudy(Study):
             out["sampled_accuracy"] = self.sampled_accuracy(trainer, params, examples)
         return out
 
-    def group_check(self, trainer, params, examples, *, group_size: int | None = None
-                    ) -> dict[str, float]:
-        """An RL start's check on `examples` (training questions, never the held-out set):
-        group_size (default grpo.group_size) samples of each at grpo.temperature with
-        `sampled_key`, scored by the trainer's task. Returns `sampled_accuracy`, `mean_reward`
-        (the designed reward where the task has one) and `nondegenerate_share`, the share of
-        groups whose rewards are not all equal (the groups GRPO can learn from)."""
+    def group_samples(self, trainer, params, examples, *, group_size: int | None = None):
+        """group_size (default grpo.group_size) samples of each of `examples` at
+        grpo.temperature with `sampled_key`, in eval.batch_size batches, scored by the trainer's
+        task: (the examples repeated group-wise, the texts, the task's Verdicts)."""
         n = group_size or self.cfg.grpo.group_size
         flat = [e for e in examples for _ in range(n)]
         texts, _ = trainer.complete(params, flat, batch_size=self.cfg.eval.batch_size,
                                     rng=self.sampled_key, temperature=self.cfg.grpo.temperature)
-        v = trainer.task.verify_batch(texts, flat)
+        return flat, texts, trainer.task.verify_batch(texts, flat)
+
+    def group_check(self, trainer, params, examples, *, group_size: int | None = None
+                    ) -> dict[str, float]:
+        """An RL start's check on `examples` (training questions, never the held-out set): the
+        `group_samples`. Returns `sampled_accuracy`, `mean_reward` (the designed reward where
+        the task has one) and `nondegenerate_share`, the share of groups whose rewards are not
+        all equal (the groups GRPO can learn from)."""
+        n = group_size or self.cfg.grpo.group_size
+        _, _, v = self.group_samples(trainer, params, examples, group_size=n)
         rewards = np.asarray(v.scores if v.rewards is None else v.rewards).reshape(-1, n)
         return {"sampled_accuracy": float(np.mean(np.asarray(v.scores) == 1.0)),
                 "mean_reward": float(rewards.mean()),
@@ -685,14 +691,19 @@ class LMStudy(Study):
 
 
     @staticmethod
-    def restore(trainer, template, directory: Path, *, what: str = "restore"):
-        """The latest checkpoint in `directory` as a state shaped like `template` (the
-        trainer's `trainable` params only, for LoRA); CheckpointNotFoundError if none."""
+    def restore(trainer, template, directory: Path, *, what: str = "restore",
+                step: int | None = None):
+        """The checkpoint at `step` (default: the latest) in `directory` as a state shaped like
+        `template` (the trainer's `trainable` params only, for LoRA); CheckpointNotFoundError if
+        there is none (or not that step)."""
         ckpt = Checkpointer(directory, trainable=trainer.trainable)
         try:
             if ckpt.latest_step() is None:
                 raise CheckpointNotFoundError(f"{what}: no checkpoint in {directory}")
-            state, _ = ckpt.restore(template)
+            if step is not None and step not in ckpt.all_steps():
+                raise CheckpointNotFoundError(f"{what}: no step {step} in {directory} (steps: "
+                                              f"{sorted(ckpt.all_steps())})")
+            state, _ = ckpt.restore(template, step=step)
         finally:
             ckpt.close()
         return state

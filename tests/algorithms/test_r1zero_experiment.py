@@ -93,6 +93,11 @@ def test_answers_tool_reproduces_the_rules_accuracy_and_sorts_every_answer(smoke
     assert got["accuracy"] == pytest.approx(s["start_check"]["sampled_accuracy"])
     assert all(r["kind"] == kind_of(r["answer"], r["options"]) for r in got["rows"])
     assert "pretraining step 2" in capsys.readouterr().out
+    for argv, named in (([str(out), "--smoke", "--step", "7"], "no step 7"),
+                        ([str(out / "nowhere"), "--smoke"], "no checkpoint in")):
+        assert main(argv) == 2  # a missing step or run: one line naming it, no traceback
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("r1zero_answers: ") and named in err and "\n" not in err, err
     options = ("2", "left", "red circle")
     assert [kind_of(a, options) for a in (None, "left", "7", "below", "red", "circle",
                                          "blue square", "blue dog", "2")] == [
