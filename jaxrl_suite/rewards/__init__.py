@@ -3,7 +3,8 @@ and F1, safe arithmetic expressions, AEPO's adaptive exploration reward (aepo.py
 composite screening reward with its collapse report (composite.py), s3's searcher format,
 document selection and Gain-Beyond-RAG rewards (gbr.py), VisualThinker-R1-Zero's think/answer
 format, accuracy and length rewards (r1zero.py) and SpatialTree's auto-think rules
-(auto_think.py). Plain Python on `str`, run between jitted calls.
+(auto_think.py). Plain Python on `str`, run between jitted calls; `jax_verify` computes the
+answer-format, exact-match and number-list rewards from token ids inside JAX, equal to these.
 
 A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
 refuse inputs over a length cap) and never raise on a `str`; a malformed answer scores 0.0. The
@@ -44,6 +45,7 @@ from jaxrl_suite.rewards.gbr import (
     search_reward,
     selected_documents,
 )
+from jaxrl_suite.rewards.jax_verify import TokenVerifier
 from jaxrl_suite.rewards.match import (
     MAX_INT_DIGITS,
     MAX_NUMBER_CHARS,
@@ -87,6 +89,7 @@ __all__ = [
     "THINK_CLOSE",
     "THINK_OPEN",
     "Matcher",
+    "TokenVerifier",
     "aepo_reward",
     "aepo_text_reward",
     "answer_tags",

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards import jax_verify
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 from jaxrl_suite.rewards.match import string_match
 
@@ -73,6 +74,15 @@ class ArithmeticTask(Task):
 
     def score(self, completion: str, ex: Example) -> float:
         return string_match(extract_answer(completion), ex.answer)
+
+    def token_verifier(self, tokenizer) -> jax_verify.TokenVerifier:
+        """`score` on token ids: the stripped answer equals the sum as written
+        (`jax_verify.exact_answer`); gold: the answer's code points, digits + 1 wide."""
+        return jax_verify.TokenVerifier(
+            jax_verify.byte_table(tokenizer), tokenizer.eos_id,
+            lambda examples: jax_verify.encode_texts([e.answer for e in examples],
+                                                     self.digits + 1),
+            lambda decoded, span, gold: jax_verify.exact_answer(decoded, span, *gold))
 
     def answer_places(self, ex: Example) -> list[int]:
         """The place value of each character of `ex.answer` as written (0 = units, 1 = tens,

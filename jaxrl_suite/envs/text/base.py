@@ -168,6 +168,17 @@ class Task(abc.ABC):
             return "no answer"
         return "correct" if self.is_correct(completion, ex) else "wrong"
 
+    def token_verifier(self, tokenizer):
+        """This task's verifier on token ids (`rewards.jax_verify.TokenVerifier`), equal to
+        `score` on the decoded text, for sampling, verifying and updating on the device
+        (`algorithms.grpo_ondevice`); None (the default) where the answer is checked on the
+        host only.
+
+        Raises:
+          ValueError: if the tokenizer is not byte-level (`rewards.jax_verify.byte_table`).
+        """
+        return None
+
     def reward(self, completion: str, ex: Example, *, format_weight: float = 0.0) -> float:
         """score(completion, ex) + format_weight * format_reward(completion). (The trainers
         score whole batches: `verify_batch`, then the same sum.)"""

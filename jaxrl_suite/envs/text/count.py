@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards import jax_verify
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 from jaxrl_suite.rewards.match import parse_numbers, positional_matches
 
@@ -53,6 +55,20 @@ class CountTask(Task):
         if not got:
             return 0.0
         return positional_matches(got, ex.meta) / max(len(got), len(ex.meta))
+
+    def token_verifier(self, tokenizer) -> jax_verify.TokenVerifier:
+        """`score` on token ids: positional matches of the parsed numbers
+        (`jax_verify.number_list`) over max(len(answer), len(count))."""
+        def score(decoded, span, gold):
+            got = jax_verify.number_list(decoded, span)
+            hits = jax_verify.positional_matches(got, gold)
+            return jnp.where(got.valid, hits / jnp.maximum(got.count, gold.count), 0.0
+                             ).astype(jnp.float32)
+
+        return jax_verify.TokenVerifier(
+            jax_verify.byte_table(tokenizer), tokenizer.eos_id,
+            lambda examples: jax_verify.encode_numbers([e.meta for e in examples],
+                                                       self.max_count), score)
 
 
 TASKS.register(CountTask.name, CountTask)

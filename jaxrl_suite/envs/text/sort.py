@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards import jax_verify
 from jaxrl_suite.rewards.format import answer_tags, extract_answer
 from jaxrl_suite.rewards.match import parse_numbers, positional_matches
 
@@ -63,6 +65,19 @@ class SortTask(Task):
     def feedback(self, completion: str, ex: Example) -> str:
         k = self.in_place(completion, ex)
         return "malformed" if k is None else f"{k} of {len(ex.meta)} in place"
+
+    def token_verifier(self, tokenizer) -> jax_verify.TokenVerifier:
+        """`score` on token ids: positional matches of the parsed numbers
+        (`jax_verify.number_list`) with the sorted list, over num_items."""
+        def score(decoded, span, gold):
+            got = jax_verify.number_list(decoded, span)
+            hits = jax_verify.positional_matches(got, gold)
+            return jnp.where(got.valid, hits / self.num_items, 0.0).astype(jnp.float32)
+
+        return jax_verify.TokenVerifier(
+            jax_verify.byte_table(tokenizer), tokenizer.eos_id,
+            lambda examples: jax_verify.encode_numbers([sorted(e.meta) for e in examples],
+                                                       self.num_items), score)
 
 
 TASKS.register(SortTask.name, SortTask)
