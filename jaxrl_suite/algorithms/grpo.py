@@ -280,8 +280,10 @@ class GRPOTrainer(LMTrainer):
                                    compiler_options=gradient_compiler_options())
         # Log-probs of the completions (reference; the trainer's old ones under TIS), no
         # gradient, grpo.memory.logprob_micro_batch rows at a time.
-        self._logp = jit_on_mesh(lambda p, seq: map_rows(
-            functools.partial(seq_logp, p), seq, c.memory.logprob_micro_batch))
+        # pure (params, SeqBatch) -> [rows, N], e.g. inside another program
+        self.logp_fn = lambda p, seq: map_rows(functools.partial(seq_logp, p), seq,
+                                               c.memory.logprob_micro_batch)
+        self._logp = jit_on_mesh(self.logp_fn)
 
         def siren_entropy(p, seq: SeqBatch):
             if c.memory.logprob_chunk:

@@ -264,6 +264,13 @@ class KVCacheSampler:
                               self._settings[0] if temperature is None else f32_scalar(temperature),
                               self._settings[1] if top_p is None else f32_scalar(top_p), vision)
 
+    def generate(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array,
+                 seq_ids: jax.Array) -> GenerateOutput:
+        """The sampler's traceable body at its temperature and top_p, text prompts only: for
+        a program that samples inside its own jit (`algorithms.grpo_ondevice`). Same keys,
+        same completions as a call."""
+        return self._body(params, prompt, prompt_mask, rng, seq_ids, *self._settings)
+
     def compiled_memory(self, params, prompt, prompt_mask) -> dict:
         """The compiler's memory estimate (bytes, `base.compiled_memory`) of decoding these
         prompts: one program over every row, its KV cache [B, ..., P + N]."""
