@@ -21,6 +21,7 @@ results/grpo_arithmetic/.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -67,33 +68,60 @@ class Config:
 
 def run(cfg: Config, opts: RunOptions) -> dict:
     t_start = time.perf_counter()
-    study = LMStudy(NAME, cfg, opts, variants=(VARIANT,))
+    study = LMStudy(NAME, cfg, opts, variants=(VARIANT,), seeds_on_device=True)
+    vmapped = opts.out_dir / "checkpoints" / "grpo_seeds"  # run.vmap_seeds: the stacked state
+    logs, starts, finals = {}, {}, {}
 
-    def train(variant: str, seed: int, _) -> dict:
-        t0, ckpt, run_dir = time.perf_counter(), study.checkpoint_dir(variant, seed), \
-            study.run_dir(variant, seed)
-        with study.log(run_dir, [(ckpt / "sft", 0), (ckpt / "grpo", cfg.sft.steps)]) as log:
-            sft_state = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log)
-            sft_params, sft_steps = sft_state.params, int(sft_state.step)
-            grpo = study.grpo_trainer(cfg.grpo, ref_params=sft_params)
+    def log_of(seed: int, stack: contextlib.ExitStack):  # each seed's log, open for the study
+        if seed not in logs:
+            ckpt = study.checkpoint_dir(VARIANT, seed)
+            grpo_dir = vmapped if cfg.run.vmap_seeds else ckpt / "grpo"
+            logs[seed] = stack.enter_context(study.log(
+                study.run_dir(VARIANT, seed), [(ckpt / "sft", 0), (grpo_dir, cfg.sft.steps)]))
+        return logs[seed]
+
+    def start(seed: int, stack) -> tuple:  # SFT by the start rule and its evaluation, once
+        if seed not in starts:
+            ckpt, run_dir = study.checkpoint_dir(VARIANT, seed), study.run_dir(VARIANT, seed)
+            sft_state = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log_of(seed, stack))
+            grpo = study.grpo_trainer(cfg.grpo, ref_params=sft_state.params)
             sft_eval = study.cached(run_dir / "sft_eval.json", lambda: {
-                **study.evaluate(grpo, sft_params),
-                "place_loss": study.answer_loss(grpo, sft_params)})
-            print0(f"[{NAME}] seed {seed}: after {sft_steps} SFT steps, held-out greedy "
-                   f"{sft_eval['greedy_accuracy']:.3f}, sampled {sft_eval['sampled_accuracy']:.3f}")
-            init = grpo.init_state(sft_params, lm_keys(seed).grpo,
+                **study.evaluate(grpo, sft_state.params),
+                "place_loss": study.answer_loss(grpo, sft_state.params)})
+            print0(f"[{NAME}] seed {seed}: after {int(sft_state.step)} SFT steps, held-out "
+                   f"greedy {sft_eval['greedy_accuracy']:.3f}, sampled "
+                   f"{sft_eval['sampled_accuracy']:.3f}")
+            starts[seed] = (sft_state, grpo, sft_eval)
+        return starts[seed]
+
+    def grpo_stage(seed: int, stack):  # the host loop per seed, or every seed in one program
+        sft_state, grpo, _ = start(seed, stack)
+        if not cfg.run.vmap_seeds:
+            init = grpo.init_state(sft_state.params, lm_keys(seed).grpo,
                                    sft_opt_state=sft_state.opt_state)
-            state = study.fit(grpo, init, stage="grpo", num_steps=cfg.grpo.steps,
-                              checkpoint_dir=ckpt / "grpo", logger=log,
-                              step_offset=cfg.sft.steps,
-                              callback=study.periodic_eval(grpo, cfg.grpo.steps),
-                              postfix=("reward", "accuracy", "tokens_per_s"))
-            final = study.evaluate(grpo, state.params)
-            log.log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
-                     **eval_record(final)})
+            return study.fit(grpo, init, stage="grpo", num_steps=cfg.grpo.steps,
+                             checkpoint_dir=study.checkpoint_dir(VARIANT, seed) / "grpo",
+                             logger=log_of(seed, stack), step_offset=cfg.sft.steps,
+                             callback=study.periodic_eval(grpo, cfg.grpo.steps),
+                             postfix=("reward", "accuracy", "tokens_per_s"))
+        if seed not in finals:  # every unfinished seed, from its own SFT start
+            pending = study.pending(VARIANT)
+            finals.update(study.fit_seeds(
+                grpo, {s: start(s, stack)[0].params for s in pending}, checkpoint_dir=vmapped,
+                loggers={s: log_of(s, stack) for s in pending}, step_offset=cfg.sft.steps))
+        return finals[seed]
+
+    def train(variant: str, seed: int, stack) -> dict:
+        t0, run_dir = time.perf_counter(), study.run_dir(variant, seed)
+        sft_state, grpo, sft_eval = start(seed, stack)
+        state = grpo_stage(seed, stack)
+        final = study.evaluate(grpo, state.params)
+        log_of(seed, stack).log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
+                                 **eval_record(final)})
+        sft_steps = int(sft_state.step)
         # The control: the same SFT, continued from the start for as many optimizer steps.
         more = study.continued_sft(sft_state, steps=cfg.grpo.steps,
-                                   checkpoint_dir=ckpt / "sft_more",
+                                   checkpoint_dir=study.checkpoint_dir(variant, seed) / "sft_more",
                                    log_dir=study.run_dir("sft_more", seed))
         more_eval = study.evaluate(grpo, more.params)
         print0(f"[{NAME}] seed {seed}: held-out greedy after GRPO {final['greedy_accuracy']:.3f} "
@@ -115,7 +143,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "tokens_per_s_mean": float(np.mean(tps)),
                 "wall_time_s": time.perf_counter() - t0}
 
-    results = study.run(train)
+    with contextlib.ExitStack() as stack:  # the seeds' logs stay open until every run ends
+        results = study.run(train, stack)
     stats = study.aggregate(results, [*KEYS, "wall_time_s"])
     study.plot_runs(["reward", "accuracy", "length"], opts.out_dir / "reward_curve.png",
                     stage="grpo", smooth=10, title=f"GRPO on {cfg.task.title}: median and IQR "

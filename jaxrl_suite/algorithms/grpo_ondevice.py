@@ -46,7 +46,7 @@ import jax.numpy as jnp
 
 from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOBatch, GRPOTrainer, GRPOTrainState
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig
-from jaxrl_suite.core.parallel import make_mesh
+from jaxrl_suite.core.parallel import gradient_compiler_options, make_mesh
 from jaxrl_suite.core.train import init_train_state
 from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.losses import ADVANTAGES
@@ -73,8 +73,9 @@ def _rows(table: PromptTable, start, n: int) -> PromptTable:
     return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n), table)
 
 
-def check_on_device(c: GRPOConfig, trainer: GRPOTrainer) -> None:
-    """One-line errors for what the on-device program does not run (module docstring)."""
+def check_on_device(c: GRPOConfig) -> None:
+    """One-line errors for the GRPO options the on-device program does not run (module
+    docstring)."""
     for key, off in (("rollout.engine", "static"), ("rollout.dtype", None), ("tis", False),
                      ("collapse_entropy", 0.0)):
         value = functools.reduce(getattr, key.split("."), c)
@@ -83,8 +84,6 @@ def check_on_device(c: GRPOConfig, trainer: GRPOTrainer) -> None:
                              f"set it to {off!r}")
     if c.entropy_reg == "siren":
         raise ValueError("grpo.entropy_reg='siren' is not run on device (grpo_ondevice)")
-    if trainer.scorer is not None:
-        raise ValueError("a GRPOTrainer with a log-prob scorer is not run on device")
 
 
 class GRPOProgram:
@@ -95,7 +94,9 @@ class GRPOProgram:
     def __init__(self, trainer: GRPOTrainer, *, steps: int | None = None,
                  eval_examples: Sequence[Example] = ()):
         c = trainer.config
-        check_on_device(c, trainer)
+        check_on_device(c)
+        if trainer.scorer is not None:
+            raise ValueError("a GRPOTrainer with a log-prob scorer is not run on device")
         self.verifier = trainer.task.token_verifier(trainer.tokenizer)
         if self.verifier is None:
             raise ValueError(f"task {trainer.task.name!r} has no token verifier "
@@ -109,6 +110,8 @@ class GRPOProgram:
         self.eval_table = prompt_table(trainer, eval_examples, self.verifier) \
             if eval_examples else None
         self.sampler = trainer.sampler
+        self._sweeps: dict = {}
+        self._runs: dict = {}
         self.advantage = ADVANTAGES.get(c.advantage)
 
     # ---- the program ----
@@ -133,7 +136,8 @@ class GRPOProgram:
         prompt = jnp.repeat(rows.prompt, g, axis=0)  # prompt i -> rows [iG, (i+1)G)
         mask = jnp.repeat(rows.mask, g, axis=0)
         out = self.sampler.generate(params, prompt, mask, key,
-                                    jnp.arange(prompt.shape[0], dtype=jnp.int32))
+                                    jnp.arange(prompt.shape[0], dtype=jnp.int32),
+                                    early_exit=False)  # vmapped: no per-seed loop step
         gold = jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), rows.gold)
         scores, fmt = self.verifier(out.tokens, out.mask, gold)
         rewards = scores + c.format_weight * fmt
@@ -237,21 +241,54 @@ class GRPOProgram:
         t = self.eval_table
         out = self.trainer.greedy_sampler.generate(
             params, t.prompt, t.mask, jax.random.key(0),
-            jnp.arange(t.prompt.shape[0], dtype=jnp.int32))
+            jnp.arange(t.prompt.shape[0], dtype=jnp.int32), early_exit=False)
         scores, _ = self.verifier(out.tokens, out.mask, t.gold)
         return jnp.mean(scores == 1.0)
 
-    def sweep(self, keys: jax.Array, params, *, mesh=None, params_axis: int | None = 0):
-        """`jax.jit(jax.vmap(train))(keys, params)`: S seeds as one program; params stacked
-        [S, ...] (params_axis=0) or shared (None). With `mesh`, the seed axis is split over
-        its data axis (S a multiple of its size)."""
-        fn = jax.vmap(self.train, in_axes=(0, params_axis))
-        if mesh is None:
-            return jax.jit(fn)(keys, params)
-        seeds = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-        whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        return jax.jit(fn, in_shardings=(seeds, seeds if params_axis == 0 else whole))(
-            keys, params)
+    def sweep(self, keys: jax.Array, params, *, mesh=None, params_axis: int | None = 0,
+              batch: int | None = None):
+        """`train` of S seeds as one jitted program (`sweep_fn`): keys [S]; params stacked
+        [S, ...] (params_axis=0) or shared (None). Returns (states, metrics), stacked [S, ...]."""
+        return self.sweep_fn(params_axis=params_axis, batch=batch, mesh=mesh)(keys, params)
+
+    def sweep_fn(self, *, params_axis: int | None = 0, batch: int | None = None, mesh=None):
+        """The jitted S-seed program `(keys, params) -> (states, metrics)`: `jax.vmap` of
+        `train` over all S seeds (batch=None), or `batch` seeds vmapped at a time and the
+        chunks one after another (`lax.map`; batch=1: the seeds in sequence, no batched
+        matmuls). With `mesh`, the seed axis is split over its data axis (S a multiple of its
+        size). Compiled with `gradient_compiler_options` (XLA:CPU's dot fusion: the update is
+        faster, generation a little slower, the program faster overall). One per setting."""
+        key = (params_axis, batch, mesh)
+        if key not in self._sweeps:
+            def fn(k, p):
+                if batch is None:
+                    return jax.vmap(self.train, in_axes=(0, params_axis))(k, p)
+                if params_axis is None:
+                    return jax.lax.map(lambda kk: self.train(kk, p), k, batch_size=batch)
+                return jax.lax.map(lambda kp: self.train(*kp), (k, p), batch_size=batch)
+
+            options = {"compiler_options": gradient_compiler_options()}
+            if mesh is not None:
+                spec = jax.sharding.PartitionSpec
+                seeds = jax.sharding.NamedSharding(mesh, spec("data"))
+                options["in_shardings"] = (seeds, seeds if params_axis == 0 else
+                                           jax.sharding.NamedSharding(mesh, spec()))
+            self._sweeps[key] = jax.jit(fn, **options)
+        return self._sweeps[key]
+
+    def run_fn(self, num_steps: int):
+        """`run(states, num_steps)` of stacked states [S, ...], vmapped and jitted as
+        `sweep_fn` compiles (one program per num_steps): the chunks of a resumable sweep."""
+        if num_steps not in self._runs:
+            self._runs[num_steps] = jax.jit(
+                jax.vmap(lambda s: self.run(s, num_steps)),
+                compiler_options=gradient_compiler_options())
+        return self._runs[num_steps]
+
+    @functools.cached_property
+    def train_jit(self):
+        """`train` jitted as `sweep_fn` compiles it (one seed)."""
+        return jax.jit(self.train, compiler_options=gradient_compiler_options())
 
 
 def _informative(rewards: jax.Array) -> jax.Array:

@@ -31,8 +31,10 @@ gsm8k and jsonl included) and a local Hugging Face checkpoint (`model.hf_path`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -41,8 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_suite.algorithms.agent import EpisodeSFT
-from jaxrl_suite.algorithms.grpo import GRPOTrainer
+from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
+from jaxrl_suite.algorithms.grpo_ondevice import GRPOProgram, check_on_device
 from jaxrl_suite.algorithms.loop import fit_resumable
 from jaxrl_suite.algorithms.sft import VALIDATION_START, LMTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
@@ -57,8 +60,10 @@ from jaxrl_suite.core.config import (
 )
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, WandbConfig, plot_runs, read_metrics, write_json
-from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh
+from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh, print0
+from jaxrl_suite.core.signals import Terminated, sigterm_received
 from jaxrl_suite.core.study import Study, check_seeds, open_run_log
+from jaxrl_suite.core.train import NonFiniteError
 from jaxrl_suite.envs.text import TASKS, Example, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
@@ -164,6 +169,10 @@ class RunConfig:
     # to the one before it, `core.checkpoint`)
     keep_checkpoints: Annotated[int, Range(ge=2)] = 2
     wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
+    # Run the GRPO stage of all seeds as one vmapped program (`LMStudy.fit_seeds`,
+    # algorithms/grpo_ondevice.py), where the experiment supports it; needs a task with a
+    # token verifier (arithmetic, count, sort) and the static rollout engine.
+    vmap_seeds: bool = False
 
     def __post_init__(self):
         check_fields(self, "run.")  # the Ranges declared above
@@ -340,10 +349,21 @@ class LMStudy(Study):
 
     def __init__(self, name: str, cfg, opts: RunOptions, *, variants: Sequence[str],
                  task: Task | None = None, write_config: bool = True,
-                 tokenizer: Tokenizer | None = None):
+                 tokenizer: Tokenizer | None = None, seeds_on_device: bool = False):
+        """`seeds_on_device`: the experiment runs its GRPO seeds as one program when
+        run.vmap_seeds is set (`fit_seeds`); without it, run.vmap_seeds is a config error."""
         super().__init__(name, opts, variants, cfg.run.seeds)
         self.cfg = cfg
         self.lm = build_lm(cfg, task, model_class=self.model_class, tokenizer=tokenizer)
+        if cfg.run.vmap_seeds:
+            try:
+                if not seeds_on_device:
+                    raise ValueError(f"experiment {name!r} runs its seeds in the host loop")
+                check_on_device(cfg.grpo)
+                if self.lm.task.token_verifier(self.lm.tokenizer) is None:
+                    raise ValueError(f"task {self.lm.task.name!r} has no token verifier")
+            except ValueError as e:
+                raise ConfigError(f"config field 'run.vmap_seeds': {e}") from None
         self.held_out = self.lm.task.examples("test", 0, cfg.eval.num_examples)
         self._samplers: dict[tuple, KVCacheSampler] = {}  # one compiled program per setting
         if write_config:
@@ -619,6 +639,61 @@ class LMStudy(Study):
         with self.log(self.run_dir(variant, seed), [(ckpt, 0)]) as logger:
             return self.fit(trainer, init, stage=stage, num_steps=num_steps,
                             checkpoint_dir=ckpt, logger=logger, postfix=postfix)
+
+    def fit_seeds(self, trainer: GRPOTrainer, starts: Mapping[int, Any], *,
+                  loggers: Mapping[int, MetricsLogger], checkpoint_dir: Path,
+                  step_offset: int = 0) -> dict[int, GRPOTrainState]:
+        """The GRPO stage of several seeds as one vmapped program (`run.vmap_seeds`;
+        `algorithms.grpo_ondevice`): seed s starts from params starts[s] with key
+        lm_keys(s).grpo, as `fit` would start it. The program runs in chunks of
+        gcd(run.checkpoint_every, eval.every) steps; after each, every seed's steps are logged
+        to loggers[s] as `fit` logs them (stage "grpo", step step_offset + n; tokens_per_s is
+        the seed's tokens over the chunk's wall time), `periodic_eval`'s records are added, and
+        the stacked state is checkpointed in `checkpoint_dir` every run.checkpoint_every steps
+        (resumed from there with --resume, like every stage). Returns {seed: final state}."""
+        c, r, e = trainer.config, self.cfg.run, self.cfg.eval
+        seeds = list(starts)
+        program = GRPOProgram(trainer, steps=c.steps)
+        keys = jnp.stack([lm_keys(s).grpo for s in seeds])
+        params = jax.tree.map(lambda *x: jnp.stack(x), *[starts[s] for s in seeds])
+        state = jax.jit(jax.vmap(program.init))(keys, params)
+        chunk = math.gcd(r.checkpoint_every, e.every) if e.every else r.checkpoint_every
+        ckpt = Checkpointer(checkpoint_dir, save_every=r.checkpoint_every,
+                            keep=r.keep_checkpoints)
+        try:
+            if self.opts.resume and ckpt.latest_step() is not None:
+                state, _ = ckpt.restore(state)
+            while (done := int(state.step[0])) < c.steps:
+                t0, k = time.perf_counter(), min(chunk, c.steps - done)
+                state, metrics = program.run_fn(k)(state)
+                metrics = jax.tree.map(np.asarray, metrics)  # [S, k] each
+                dt = time.perf_counter() - t0
+                if not metrics.pop("finite").all():
+                    raise NonFiniteError(f"non-finite loss, gradient or update in GRPO steps "
+                                         f"{done + 1}..{done + k} (run.vmap_seeds); the last "
+                                         f"good checkpoint is kept in {ckpt.directory}")
+                for i, seed in enumerate(seeds):
+                    for j in range(k):
+                        n = done + j + 1
+                        record = {key: float(v[i, j]) for key, v in metrics.items()}
+                        record["tokens_per_s"] = record["tokens"] * k / dt
+                        if e.every and n % e.every == 0 and n != c.steps:
+                            record.update(eval_record(self.evaluate(
+                                trainer, jax.tree.map(lambda x, i=i: x[i], state.params))))
+                        loggers[seed].log({"step": step_offset + n, "stage": "grpo", **record})
+                term = sigterm_received()
+                ckpt.save(done + k, state, {"cursor": (done + k) * program.pool},
+                          force=done + k == c.steps or term)
+                if term:
+                    ckpt.wait()
+                    raise Terminated(f"grpo step {done + k} of seeds {seeds} checkpointed in "
+                                     f"{ckpt.directory}")
+                print0(f"[{self.name}] grpo steps {done + k}/{c.steps} of seeds {seeds} "
+                       f"({dt:.1f} s)")
+            ckpt.wait()
+        finally:
+            ckpt.close()
+        return {s: jax.tree.map(lambda x, i=i: x[i], state) for i, s in enumerate(seeds)}
 
     # ---- evaluation ----
     def periodic_eval(self, trainer, num_steps: int) -> Callable[[int, Any], dict]:

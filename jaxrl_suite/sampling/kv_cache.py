@@ -147,9 +147,12 @@ def f32_scalar(x):
 def generate_tokens(model: CausalLM, params, prompt_tokens, prompt_mask, rng, seq_ids,
                     temperature, top_p, images: VisionInputs | None = None, *,
                     max_new_tokens: int, top_k: int, eos_id: int, pad_id: int,
-                    greedy: bool) -> GenerateOutput:
+                    greedy: bool, early_exit: bool = True) -> GenerateOutput:
     """Traceable body of `KVCacheSampler.__call__` (temperature and top_p are [] float32;
-    images: a `VisionLM`'s `VisionInputs` of the prompts, or None)."""
+    images: a `VisionLM`'s `VisionInputs` of the prompts, or None). `early_exit=False` decodes
+    all N steps (the same output: finished rows only add padding), so the loop's step stays
+    one scalar under `jax.vmap` rather than one per mapped row, whose cache writes would
+    become scatters."""
     cfg = model.config
     b, p = prompt_tokens.shape
     if prompt_mask.shape != (b, p):
@@ -182,7 +185,7 @@ def generate_tokens(model: CausalLM, params, prompt_tokens, prompt_mask, rng, se
 
     def cond(state):
         step, _, _, done, *_ = state
-        return (step < n) & ~jnp.all(done)
+        return (step < n) & ~jnp.all(done) if early_exit else step < n
 
     def body(state):
         step, cache, tok, done, tokens, logprobs, live = state
@@ -265,11 +268,12 @@ class KVCacheSampler:
                               self._settings[1] if top_p is None else f32_scalar(top_p), vision)
 
     def generate(self, params, prompt: jax.Array, prompt_mask: jax.Array, rng: jax.Array,
-                 seq_ids: jax.Array) -> GenerateOutput:
+                 seq_ids: jax.Array, *, early_exit: bool = True) -> GenerateOutput:
         """The sampler's traceable body at its temperature and top_p, text prompts only: for
-        a program that samples inside its own jit (`algorithms.grpo_ondevice`). Same keys,
-        same completions as a call."""
-        return self._body(params, prompt, prompt_mask, rng, seq_ids, *self._settings)
+        a program that samples inside its own jit (`algorithms.grpo_ondevice`; `early_exit`
+        as in `generate_tokens`). Same keys, same completions as a call."""
+        return self._body(params, prompt, prompt_mask, rng, seq_ids, *self._settings,
+                          early_exit=early_exit)
 
     def compiled_memory(self, params, prompt, prompt_mask) -> dict:
         """The compiler's memory estimate (bytes, `base.compiled_memory`) of decoding these

@@ -73,7 +73,7 @@ def leaves(params):
 def test_equals_the_host_loop(start, host_run, program):
     _, params = start
     host_state, records = host_run
-    state, metrics = jax.jit(program.train)(jax.random.PRNGKey(7), params)
+    state, metrics = program.train_jit(jax.random.PRNGKey(7), params)
     assert int(state.step) == STEPS
     # the start can learn: some groups hold both rewards, and dynamic sampling chose among draws
     assert 0 < np.mean([r["kept_frac"] for r in records]) < 1
@@ -99,7 +99,7 @@ def test_sweep_seed_equals_its_single_run(start, program):
     _, params = start
     keys = jax.random.split(jax.random.PRNGKey(3), 2)
     states, metrics = program.sweep(keys, params, params_axis=None)
-    single = jax.jit(program.train)
+    single = program.train_jit  # compiled as the sweep is
     for s in range(2):
         state, m = single(keys[s], params)
         np.testing.assert_allclose(np.asarray(metrics["reward"][s]), np.asarray(m["reward"]),
