@@ -3,6 +3,9 @@
     python benchmarks/bench_ondevice_grpo.py            # S=8 seeds x 10 GRPO steps, 3 pairs
     python benchmarks/bench_ondevice_grpo.py --seeds 4 --steps 20 --pairs 5
     python benchmarks/bench_ondevice_grpo.py --smoke    # seconds (run by the tests)
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/bench_ondevice_grpo.py
+    python benchmarks/bench_ondevice_grpo.py --set model.d_model=32 --set model.n_layers=1 \
+        --set model.n_heads=2 --set model.n_kv_heads=2 --set model.d_ff=64   # a tiny model
 
 The config is the main job's (experiments/configs/grpo_arithmetic.yaml: 4 x 128 LM, ByT5
 bytes, 16 prompts x G = 8, 22 new tokens, dynamic sampling up to 4 draws), its GRPO phase cut
@@ -50,6 +53,8 @@ def parse_args(argv=None):
                    help="SFT steps of the shared start (the main job stops at 400-490)")
     p.add_argument("--pairs", type=int, default=3, help="alternating (host, device) pairs")
     p.add_argument("--smoke", action="store_true", help="the job's smoke sizes, 2 seeds")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override of the main job, e.g. model.d_model=32")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench_ondevice_grpo.json")
     return p.parse_args(argv)
 
@@ -69,6 +74,7 @@ def main(argv=None) -> dict:
     if a.smoke:
         a.seeds, a.pairs = 2, 1
         overrides = [f"grpo.steps={a.steps}"]
+    overrides += a.set
     cfg = load_config(Config, CONFIG, overrides, smoke=a.smoke)
     with tempfile.TemporaryDirectory() as tmp:
         study = LMStudy("bench_ondevice_grpo", cfg, RunOptions(out_dir=Path(tmp)),
@@ -81,8 +87,11 @@ def main(argv=None) -> dict:
         trainer = study.grpo_trainer(cfg.grpo, ref_params=params)
     program = GRPOProgram(trainer)
     keys = jax.random.split(jax.random.PRNGKey(1), a.seeds)
-    vmapped = program.sweep_fn(params_axis=None)
-    in_sequence = program.sweep_fn(params_axis=None, batch=1)
+    # with several devices, the seed axis is split over the mesh's data axis (the host loop
+    # splits each batch over it)
+    mesh = study.lm.mesh if jax.device_count() > 1 else None
+    vmapped = program.sweep_fn(params_axis=None, mesh=mesh)
+    in_sequence = program.sweep_fn(params_axis=None, batch=1, mesh=mesh)
 
     def host(seeds: int):  # seeds host-loop runs, one after another; their rewards [S, steps]
         rewards = []
@@ -106,7 +115,6 @@ def main(argv=None) -> dict:
     host_rewards = host(1)
     _, (_, metrics) = timed(lambda: vmapped(keys, params))
     jax.block_until_ready(in_sequence(keys, params))
-    jax.block_until_ready(program.train_jit(keys[0], params))
     same = float(np.abs(np.asarray(metrics["reward"][0]) - host_rewards[0]).max())
     print(f"seed 0 rewards, host vs device: max |diff| {same:.2e}; mean reward per seed "
           f"{np.round(np.asarray(metrics['reward']).mean(1), 3).tolist()}; draws per step "
@@ -121,18 +129,23 @@ def main(argv=None) -> dict:
         print(f"round {i}: {a.seeds} host-loop runs {t_host:.1f} s; one program, seeds vmapped "
               f"{t_vmap:.1f} s ({t_host / t_vmap:.2f}x), seeds in sequence {t_seq:.1f} s "
               f"({t_host / t_seq:.2f}x)", flush=True)
-    t_one_host, _ = timed(lambda: host(1))
-    t_one_dev, _ = timed(lambda: program.train_jit(keys[0], params))
     steps = cfg.grpo.steps
+    t_one_host, _ = timed(lambda: host(1))
     mem_s = memory_per_seed(vmapped, keys, params)
-    mem_1 = memory_per_seed(vmapped, keys[:1], params)
+    if a.smoke:  # two programs fewer to compile
+        t_one_dev, mem_1 = t_one_host, mem_s
+    else:
+        jax.block_until_ready(program.train_jit(keys[0], params))
+        t_one_dev, _ = timed(lambda: program.train_jit(keys[0], params))
+        mem_1 = memory_per_seed(program.sweep_fn(params_axis=None), keys[:1], params)
     ratio = {k: [p["host"] / p[k] for p in pairs] for k in ("vmap", "sequence")}
     record = {
         "seeds": a.seeds, "steps": steps, "sft_steps": cfg.sft.steps, "rounds": pairs,
         "ratios": ratio, "median": {k: statistics.median(v) for k, v in ratio.items()},
         "one_seed_steps_per_s": {"host": steps / t_one_host, "device": steps / t_one_dev},
         "memory_per_seed_bytes": {f"S={a.seeds}": mem_s, "S=1": mem_1},
-        "seed0_reward_max_abs_diff": same, "backend": jax.default_backend(),
+        "seed0_reward_max_abs_diff": same, "overrides": a.set,
+        "backend": jax.default_backend(),
         "devices": jax.device_count(),
     }
     print(f"one seed: host loop {steps / t_one_host:.2f} steps/s, on device "

@@ -18,6 +18,8 @@ python3 benchmarks/bench_grpo.py --preset qwen2.5-0.5b --dtype bfloat16 --steps 
 # Issue 18: the rollout engines (static, micro-groups, continuous; speculative at batch 1/8/64
 # with the draft length the controller picks from costs measured on the GPU).
 python3 benchmarks/bench_rollout.py --out "$OUT/bench_rollout.json" 2>&1 | grep -v WARNING
+# Issue 48: 8 seeds of the main job's GRPO phase as one vmapped program vs 8 host-loop runs.
+python3 benchmarks/bench_ondevice_grpo.py --out "$OUT/bench_ondevice_grpo.json" 2>&1 | grep -v WARNING
 python3 -m jaxrl_suite.cli run grpo_arithmetic --no-progress --out "$OUT/grpo_arithmetic" 2>&1 \
   | grep -v WARNING | tail -n 5
 cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/dev/null || true

@@ -17,11 +17,12 @@ from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, sha
 from jaxrl_suite.models.sequence import SeqBatch
 
 
-def informative_groups(rewards) -> np.ndarray:
-    """[B] bool: the groups of rewards [B, G] whose G rewards are not all equal, the ones a
-    group-relative advantage gives a gradient (DAPO's dynamic-sampling filter)."""
-    rewards = np.asarray(rewards)
-    return np.any(rewards != rewards[:, :1], axis=1)
+def informative_groups(rewards):
+    """[..., B] bool: the groups of rewards [..., B, G] whose G rewards are not all equal, the
+    ones a group-relative advantage gives a gradient (DAPO's dynamic-sampling filter). Numpy in,
+    numpy out; a JAX array (a traced one too: `algorithms.grpo_ondevice`) gives a JAX array."""
+    rewards = rewards if isinstance(rewards, jax.Array) else np.asarray(rewards)
+    return (rewards != rewards[..., :1]).any(axis=-1)
 
 
 def select_groups(draws: Sequence[np.ndarray], b: int) -> tuple[list[tuple[int, int]], int]:

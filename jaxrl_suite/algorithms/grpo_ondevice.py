@@ -30,8 +30,8 @@ dynamic sampling). `evaluate(params)` is held-out greedy accuracy as a jitted fu
 params. Tested equal to the host loop (tests/algorithms/test_grpo_ondevice.py).
 
 Not on device (refused with a one-line error naming the key): other rollout engines, a rollout
-dtype, TIS, SIREN, the collapse guard, a log-prob scorer, images, carrying the SFT optimizer
-into `train(rng, params)` (use `init` with the state), and tasks without a token verifier.
+dtype, TIS, SIREN, the collapse guard, carrying the SFT optimizer's moments, a log-prob scorer,
+images, and tasks without a token verifier.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrl_suite.algorithms.dynamic_sampling import informative_groups
 from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOBatch, GRPOTrainer, GRPOTrainState
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig
 from jaxrl_suite.core.parallel import gradient_compiler_options, make_mesh
@@ -77,7 +78,7 @@ def check_on_device(c: GRPOConfig) -> None:
     """One-line errors for the GRPO options the on-device program does not run (module
     docstring)."""
     for key, off in (("rollout.engine", "static"), ("rollout.dtype", None), ("tis", False),
-                     ("collapse_entropy", 0.0)):
+                     ("collapse_entropy", 0.0), ("carry_optimizer", False)):
         value = functools.reduce(getattr, key.split("."), c)
         if value != off:
             raise ValueError(f"grpo.{key}={value!r} is not run on device (grpo_ondevice): "
@@ -119,9 +120,6 @@ class GRPOProgram:
         """The initial state from `params` (fresh AdamW), as `GRPOTrainer.init_state` makes it
         without a mesh: pure, so it runs inside `train` and under vmap."""
         c = self.config
-        if c.carry_optimizer:
-            raise ValueError("grpo.carry_optimizer: start from GRPOTrainer.init_state(..., "
-                             "sft_opt_state=) and call run(state, steps)")
         base = init_train_state(params, self.trainer.optimizer, rng,
                                 trainable=self.trainer.trainable)
         anchor = UNSET_ANCHOR if c.siren_anchor is None else c.siren_anchor
@@ -163,7 +161,7 @@ class GRPOProgram:
             bufs = tuple(jax.lax.dynamic_update_index_in_dim(buf, x, d, 0)
                          for buf, x in zip(bufs, new, strict=True))
             drawn = jnp.arange(d_max) <= d
-            found = jnp.sum(_informative(bufs[3]) & drawn[:, None])
+            found = jnp.sum(informative_groups(bufs[3]) & drawn[:, None])
             return d + 1, bufs, found
 
         bufs = (jnp.zeros((d_max, b * g, n), jnp.int32), jnp.zeros((d_max, b * g, n)),
@@ -174,7 +172,7 @@ class GRPOProgram:
             (jnp.int32(0), bufs, jnp.int32(0)))
         tokens, cmask, logp, rewards, correct = bufs
         live = jnp.arange(d_max)[:, None] < drawn  # [D, 1] the draws made
-        informative = (_informative(rewards) & live).reshape(-1)  # [D*B] in draw order
+        informative = (informative_groups(rewards) & live).reshape(-1)  # [D*B] in draw order
         idx = jnp.arange(d_max * b)
         spare = jnp.broadcast_to(live, (d_max, b)).reshape(-1) & ~informative
         chosen = jnp.argsort(jnp.where(informative, idx, jnp.where(
@@ -289,12 +287,6 @@ class GRPOProgram:
     def train_jit(self):
         """`train` jitted as `sweep_fn` compiles it (one seed)."""
         return jax.jit(self.train, compiler_options=gradient_compiler_options())
-
-
-def _informative(rewards: jax.Array) -> jax.Array:
-    """[..., B] bool: groups of rewards [..., B, G] whose rewards are not all equal
-    (`dynamic_sampling.informative_groups`)."""
-    return jnp.any(rewards != rewards[..., :1], axis=-1)
 
 
 def make_grpo_train(config: GRPOConfig, task: Task, *, model, tokenizer, prompt_len: int,

@@ -360,6 +360,9 @@ class LMStudy(Study):
                 if not seeds_on_device:
                     raise ValueError(f"experiment {name!r} runs its seeds in the host loop")
                 check_on_device(cfg.grpo)
+                if cfg.grpo.beta > 0:  # the program holds one reference; each seed has its own
+                    raise ValueError(f"grpo.beta={cfg.grpo.beta} needs each seed's own "
+                                     f"reference model, which the one program does not hold")
                 if self.lm.task.token_verifier(self.lm.tokenizer) is None:
                     raise ValueError(f"task {self.lm.task.name!r} has no token verifier")
             except ValueError as e:

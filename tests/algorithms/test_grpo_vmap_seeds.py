@@ -71,6 +71,9 @@ def test_refused_where_it_cannot_run(tmp_path, capsys):
     assert main(["run", "grpo_arithmetic", "--smoke", *VMAP, "--set", "grpo.tis=true",
                  "--out", str(tmp_path / "a")]) == 2
     assert "config field 'run.vmap_seeds': grpo.tis=True" in capsys.readouterr().err
+    assert main(["run", "grpo_arithmetic", "--smoke", *VMAP, "--set", "grpo.beta=0.1",
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "each seed's own reference model" in capsys.readouterr().err
     assert main(["run", "rollout_efficiency", "--smoke", *VMAP,
                  "--out", str(tmp_path / "b")]) == 2
     assert "runs its seeds in the host loop" in capsys.readouterr().err

@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
      ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
      ("bench_rollout", "identical"), ("bench_sandbox", "programs/s"), ("bench_agent", "traj/s"),
-     ("bench_hostile", "vs ordinary")],
+     ("bench_hostile", "vs ordinary"), ("bench_ondevice_grpo", "host loop / vmapped program")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
@@ -31,6 +31,9 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
         roof = figures["roofline"]
         assert roof["update_gflop"] > 0 and roof["matmul"]["gflops_per_s"] > 0
         assert roof["update_fraction"] > 0 and "roofline" in printed
+    if name == "bench_ondevice_grpo":  # seed 0 ran the same GRPO both ways; a ratio per round
+        assert figures["seed0_reward_max_abs_diff"] < 1e-6
+        assert len(figures["ratios"]["vmap"]) == 1 and figures["median"]["vmap"] > 0
     if name == "bench_sandbox":  # the pools agreed with the serial loop on every status
         assert figures["statuses"] == {"error": 2, "failed": 4, "ok": 2}  # syntax error: error
         assert all(r["programs_per_s"] > 0 for r in figures["pools"])
