@@ -46,6 +46,7 @@ from jaxrl_suite.algorithms.dynamic_sampling import dynamic_rollout
 from jaxrl_suite.algorithms.grpo_config import (
     GRPOConfig,
     check_scorer_config,
+    grpo_optimizer,
     objective_hparams,
     rollout_config,
 )
@@ -65,7 +66,6 @@ from jaxrl_suite.core.train import (
     carry_adam_moments,
     init_train_state,
     keep_finite,
-    make_optimizer,
     make_train_step,
     map_rows,
 )
@@ -81,6 +81,7 @@ from jaxrl_suite.losses.chunked import logprobs_and_entropy
 from jaxrl_suite.losses.objective import (
     TOKEN_MEAN_LOSS_TYPES,
     ObjectiveBatch,
+    ObjectiveHParams,
     TokenStats,
     grpo_objective,
 )
@@ -173,10 +174,7 @@ class GRPOTrainer(LMTrainer):
             check_scorer_config(config, sampler)
         self.config, self.scorer = config, scorer
         self.ref_params = None if ref_params is None else shard_tree(ref_params, mesh)
-        self.optimizer = make_optimizer(
-            config.lr, warmup_steps=config.warmup_steps, max_grad_norm=config.max_grad_norm,
-            total_steps=config.steps if config.lr_schedule == "cosine" else 0,
-        )
+        self.optimizer = grpo_optimizer(config)
         c = config
         rows = c.prompts_per_step * c.group_size
         c.memory.check_rows(rows, shards=batch_shards(mesh))
@@ -218,55 +216,66 @@ class GRPOTrainer(LMTrainer):
             logits, logp = logp_fn(params, seq)
             return TokenStats(logp, token_entropy(logits), logits=logits)
 
-        hp = objective_hparams(c)
         advantage = ADVANTAGES.get(c.advantage)
-        k = hp.micro_batches
-        token_mean_loss = c.loss_type in TOKEN_MEAN_LOSS_TYPES
 
-        def loss_fn(params, inputs: tuple):
-            # anchor: [] SIREN's target entropy, from the train state; with micro-batches,
-            # n_tokens: [] the valid tokens of the whole batch
-            batch, anchor = inputs[:2]
-            if scorer is not None:  # estimated log-probs under this iteration's mask seed
-                stats = TokenStats(scorer(params, batch.seq,
-                                          jax.random.wrap_key_data(batch.mask_keys)))
-            else:
-                stats = model_stats(params, batch.seq)
-            return grpo_objective(stats, ObjectiveBatch(
-                batch.seq.train_mask, batch.old_logp, batch.ref_logp, batch.advantages,
-                batch.sampler_logp, batch.token_weights, anchor,
-                inputs[2] if k > 1 else None), hp)
+        def make_update(optimizer=None, hp: ObjectiveHParams | None = None):
+            """The pure update (state, GRPOBatch) -> (state, metrics) with `optimizer` (default
+            the trainer's) and the objective's hyperparameters `hp` (default the config's,
+            `objective_hparams`); their float values may be traced (`algorithms.grpo_ondevice`
+            sweeps learning rates and betas in one program). The optimizer state's structure
+            must be the trainer's."""
+            optimizer = self.optimizer if optimizer is None else optimizer
+            hp = objective_hparams(c) if hp is None else hp
+            k = hp.micro_batches
+            token_mean_loss = c.loss_type in TOKEN_MEAN_LOSS_TYPES
 
-        # Micro-batch weights: 1 for a mean over rows (grpo, dr_grpo), the token count for a
-        # token mean (dapo, bnpo); see core.train.make_train_step.
-        train_step = make_train_step(
-            loss_fn, self.optimizer, micro_batches=k, trainable=self.trainable,
-            weight_fn=(lambda inputs: jnp.sum(inputs[0].seq.train_mask > 0))
-            if token_mean_loss else None)
+            def loss_fn(params, inputs: tuple):
+                # anchor: [] SIREN's target entropy, from the train state; with micro-batches,
+                # n_tokens: [] the valid tokens of the whole batch
+                batch, anchor = inputs[:2]
+                if scorer is not None:  # estimated log-probs under this iteration's mask seed
+                    stats = TokenStats(scorer(params, batch.seq,
+                                              jax.random.wrap_key_data(batch.mask_keys)))
+                else:
+                    stats = model_stats(params, batch.seq)
+                return grpo_objective(stats, ObjectiveBatch(
+                    batch.seq.train_mask, batch.old_logp, batch.ref_logp, batch.advantages,
+                    batch.sampler_logp, batch.token_weights, anchor,
+                    inputs[2] if k > 1 else None), hp)
 
-        def update(state: GRPOTrainState, batch: GRPOBatch):
-            """The mu inner steps on one batch as one scan, metrics averaged over them; all or
-            nothing under the non-finite guard, and `step` advances by one."""
-            extra = () if k == 1 else (
-                jnp.sum(batch.seq.train_mask > 0).astype(jnp.float32),)
-            if batch.mask_keys is None:
-                new, metrics = jax.lax.scan(
-                    lambda s, _: train_step(s, (batch, s.anchor, *extra)), state, None,
-                    length=c.mu)  # metrics: [mu] each
-            else:  # inner iteration i: mask seed i and the old / ref estimates under it
-                def inner(s, xs):
-                    key, old, ref = xs
-                    b = batch._replace(mask_keys=key, old_logp=old, ref_logp=ref)
-                    return train_step(s, (b, s.anchor, *extra))
+            # Micro-batch weights: 1 for a mean over rows (grpo, dr_grpo), the token count for a
+            # token mean (dapo, bnpo); see core.train.make_train_step.
+            train_step = make_train_step(
+                loss_fn, optimizer, micro_batches=k, trainable=self.trainable,
+                weight_fn=(lambda inputs: jnp.sum(inputs[0].seq.train_mask > 0))
+                if token_mean_loss else None)
 
-                new, metrics = jax.lax.scan(
-                    inner, state, (batch.mask_keys, batch.old_logp, batch.ref_logp))
-            finite = jnp.all(metrics.pop("finite"))
-            metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
-            new = keep_finite(new.replace(step=state.step + 1), state, finite)
-            return new, dict(metrics, finite=finite)
+            def update(state: GRPOTrainState, batch: GRPOBatch):
+                """The mu inner steps on one batch as one scan, metrics averaged over them; all or
+                nothing under the non-finite guard, and `step` advances by one."""
+                extra = () if k == 1 else (
+                    jnp.sum(batch.seq.train_mask > 0).astype(jnp.float32),)
+                if batch.mask_keys is None:
+                    new, metrics = jax.lax.scan(
+                        lambda s, _: train_step(s, (batch, s.anchor, *extra)), state, None,
+                        length=c.mu)  # metrics: [mu] each
+                else:  # inner iteration i: mask seed i and the old / ref estimates under it
+                    def inner(s, xs):
+                        key, old, ref = xs
+                        b = batch._replace(mask_keys=key, old_logp=old, ref_logp=ref)
+                        return train_step(s, (b, s.anchor, *extra))
 
-        self.update_fn = update  # pure (state, GRPOBatch) -> (state, metrics), e.g. to lower
+                    new, metrics = jax.lax.scan(
+                        inner, state, (batch.mask_keys, batch.old_logp, batch.ref_logp))
+                finite = jnp.all(metrics.pop("finite"))
+                metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+                new = keep_finite(new.replace(step=state.step + 1), state, finite)
+                return new, dict(metrics, finite=finite)
+
+            return update
+
+        self.make_update = make_update
+        self.update_fn = make_update()  # pure (state, GRPOBatch) -> (state, metrics)
         if scorer is not None:
             def mask_keys(state: GRPOTrainState):  # [mu, 2]: this step's mask seeds
                 key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
@@ -276,7 +285,7 @@ class GRPOTrainer(LMTrainer):
             # [mu, rows, N]: the estimates under each mask seed, no gradient
             self._score = jit_on_mesh(lambda p, seq, keys: jax.lax.map(
                 lambda k: scorer(p, seq, jax.random.wrap_key_data(k)), keys))
-        self._update = jit_on_mesh(update, keep_placement=True,
+        self._update = jit_on_mesh(self.update_fn, keep_placement=True,
                                    compiler_options=gradient_compiler_options())
         # Log-probs of the completions (reference; the trainer's old ones under TIS), no
         # gradient, grpo.memory.logprob_micro_batch rows at a time.

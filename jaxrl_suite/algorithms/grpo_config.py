@@ -17,6 +17,8 @@ import functools
 from collections.abc import Mapping
 from typing import Annotated, ClassVar, Literal
 
+import optax
+
 from jaxrl_suite.core.config import (
     Count,
     NonNegative,
@@ -29,7 +31,7 @@ from jaxrl_suite.core.config import (
     check_fields,
 )
 from jaxrl_suite.core.registry import UnknownNameError
-from jaxrl_suite.core.train import micro_batch_count
+from jaxrl_suite.core.train import make_optimizer, micro_batch_count
 from jaxrl_suite.losses import ADVANTAGES, POLICY_LOSSES, REGULARIZERS
 from jaxrl_suite.losses.objective import ObjectiveHParams
 from jaxrl_suite.losses.siren import as_regularizer, per_token_regularizers
@@ -182,6 +184,15 @@ def objective_hparams(c: GRPOConfig) -> ObjectiveHParams:
                                         c.memory.train_micro_batch))
 
 
+def grpo_optimizer(c: GRPOConfig, lr=None) -> optax.GradientTransformation:
+    """GRPO's AdamW (`core.train.make_optimizer`: grpo.warmup_steps, grpo.max_grad_norm, and the
+    cosine decay over grpo.steps when grpo.lr_schedule is "cosine") at peak `lr` (default
+    grpo.lr; a traced value gives the same optimizer-state structure)."""
+    return make_optimizer(c.lr if lr is None else lr, warmup_steps=c.warmup_steps,
+                          max_grad_norm=c.max_grad_norm,
+                          total_steps=c.steps if c.lr_schedule == "cosine" else 0)
+
+
 def check_scorer_config(c: GRPOConfig, sampler) -> None:
     """The GRPO options that need the causal LM's exact log-probs or logits, refused with a
     log-prob scorer (one-line errors naming the key)."""
@@ -212,5 +223,5 @@ def rollout_config(c: GRPOConfig) -> RolloutConfig:
                          rollout_micro_batch=c.memory.rollout_micro_batch)
 
 
-__all__ = ["LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config",
+__all__ = ["LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config", "grpo_optimizer",
            "objective_hparams", "rollout_config"]

@@ -24,6 +24,10 @@ runs a seed sweep as one program (the seed axis sharded over a mesh's data axis 
      and the trainer's pure update (`GRPOTrainer.update_fn`: mu inner steps of
      `losses.objective.grpo_objective`).
 
+The float hyperparameters in `HPARAMS` (lr, beta, clip_eps) may be traced: `train(rng,
+params, program.hparams(lr=...))`, and `sweep_grid(keys, params, {"lr": [...], "beta": [...]})`
+runs seeds x a grid as one program (`ppo.sweep`'s shape).
+
 Metrics are arrays per step (the host loop's names: reward, reward_std, zero_std_frac, accuracy,
 length, tokens, the update's loss / kl / entropy / norms, and kept_frac / draws / filled with
 dynamic sampling). `evaluate(params)` is held-out greedy accuracy as a jitted function of the
@@ -38,7 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -46,12 +51,14 @@ import jax.numpy as jnp
 
 from jaxrl_suite.algorithms.dynamic_sampling import informative_groups
 from jaxrl_suite.algorithms.grpo import UNSET_ANCHOR, GRPOBatch, GRPOTrainer, GRPOTrainState
-from jaxrl_suite.algorithms.grpo_config import GRPOConfig
+from jaxrl_suite.algorithms.grpo_config import GRPOConfig, grpo_optimizer, objective_hparams
 from jaxrl_suite.core.parallel import gradient_compiler_options, make_mesh
 from jaxrl_suite.core.train import init_train_state
 from jaxrl_suite.envs.text import Example, Task
 from jaxrl_suite.losses import ADVANTAGES
 from jaxrl_suite.models.sequence import SeqBatch
+
+HPARAMS = ("lr", "beta", "clip_eps")  # the float hyperparameters a program may trace
 
 
 class PromptTable(NamedTuple):
@@ -114,6 +121,35 @@ class GRPOProgram:
         self._sweeps: dict = {}
         self._runs: dict = {}
         self.advantage = ADVANTAGES.get(c.advantage)
+
+    # ---- traced hyperparameters ----
+    def hparams(self, **overrides) -> dict[str, jax.Array]:
+        """The traced float hyperparameters (`HPARAMS`): the config's values with `overrides`
+        ([] float32 each; a grid's values under vmap).
+
+        Raises:
+          ValueError: for a name outside HPARAMS, or beta with grpo.beta = 0 in the config (its
+            reference log-probs are only computed with beta > 0).
+        """
+        unknown = set(overrides) - set(HPARAMS)
+        if unknown:
+            raise ValueError(f"unknown GRPO hyperparameter(s) {sorted(unknown)}; traced ones are "
+                             f"{list(HPARAMS)} (loop over the others in Python)")
+        if "beta" in overrides and self.config.beta == 0:
+            raise ValueError("a traced grpo.beta needs grpo.beta > 0 in the config (the "
+                             "reference log-probs are computed only then)")
+        values = {k: getattr(self.config, k) for k in HPARAMS} | overrides
+        return {k: jnp.asarray(v, jnp.float32) for k, v in values.items()}
+
+    def _update(self, hp: dict | None):
+        """The trainer's update, or the same update at traced `hp` (`GRPOTrainer.make_update`
+        with `grpo_optimizer` at hp["lr"] and the objective at hp's beta and clip_eps)."""
+        if hp is None:
+            return self.trainer.update_fn
+        return self.trainer.make_update(
+            grpo_optimizer(self.config, hp["lr"]),
+            dataclasses.replace(objective_hparams(self.config), beta=hp["beta"],
+                                clip_eps=hp["clip_eps"]))
 
     # ---- the program ----
     def init(self, rng: jax.Array, params) -> GRPOTrainState:
@@ -204,9 +240,11 @@ class GRPOProgram:
             "tokens": jnp.sum(per_draw * live)}
         return seq, pick(logp), chosen_rewards, metrics
 
-    def step(self, state: GRPOTrainState, _=None) -> tuple[GRPOTrainState, dict]:
+    def step(self, state: GRPOTrainState, _=None, hparams: dict | None = None
+             ) -> tuple[GRPOTrainState, dict]:
         """One GRPO iteration (`GRPOTrainer.step`): the state's step picks the key and the
-        prompts. Pure: (state, metrics of arrays)."""
+        prompts; `hparams` (`hparams()`) replaces the config's traced values. Pure: (state,
+        metrics of arrays)."""
         c, trainer = self.config, self.trainer
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         pool = _rows(self.table, state.step * self.pool, self.pool)
@@ -214,7 +252,8 @@ class GRPOProgram:
         advantages = c.advantage_sign * self.advantage(
             rewards, scale=c.adv_scale, eps=c.adv_eps).reshape(-1)
         ref_logp = trainer.logp_fn(trainer.ref_params, seq) if c.beta > 0 else None
-        new, metrics = trainer.update_fn(state, GRPOBatch(seq, old_logp, ref_logp, advantages))
+        new, metrics = self._update(hparams)(state, GRPOBatch(seq, old_logp, ref_logp,
+                                                              advantages))
         std = jnp.std(rewards, axis=1)
         metrics.update(reward=jnp.mean(rewards), reward_std=jnp.mean(std),
                        reward_var=jnp.mean(std ** 2), zero_std_frac=jnp.mean(std == 0),
@@ -222,14 +261,32 @@ class GRPOProgram:
         metrics.update(info)  # the pool's figures with dynamic sampling, as the host loop
         return new, jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
 
-    def run(self, state: GRPOTrainState, num_steps: int) -> tuple[GRPOTrainState, dict]:
+    def run(self, state: GRPOTrainState, num_steps: int, hparams: dict | None = None
+            ) -> tuple[GRPOTrainState, dict]:
         """`num_steps` steps from `state.step` in one `lax.scan`; metrics [num_steps] each.
         Pure; the prompt table must reach the last step (`steps`)."""
-        return jax.lax.scan(self.step, state, None, length=num_steps)
+        return jax.lax.scan(functools.partial(self.step, hparams=hparams), state, None,
+                            length=num_steps)
 
-    def train(self, rng: jax.Array, params) -> tuple[GRPOTrainState, dict]:
-        """`init` then all `steps` steps: the whole GRPO run as one function of (rng, params)."""
-        return self.run(self.init(rng, params), self.steps)
+    def train(self, rng: jax.Array, params, hparams: dict | None = None
+              ) -> tuple[GRPOTrainState, dict]:
+        """`init` then all `steps` steps: the whole GRPO run as one function of (rng, params
+        [, traced hyperparameters])."""
+        return self.run(self.init(rng, params), self.steps, hparams)
+
+    def sweep_grid(self, keys: jax.Array, params, grid: Mapping[str, Sequence[float]]):
+        """Seeds x a grid of traced hyperparameters (`HPARAMS`) from shared `params`, in one
+        jitted program (vmapped over the grid, then the seeds; `ppo.sweep`'s shape). Returns
+        (points, states, metrics): points[g] the g-th grid point (the cartesian product in
+        `grid`'s key order), every leaf [G, S, ...]."""
+        names = list(grid)
+        points = [dict(zip(names, map(float, values), strict=True))
+                  for values in itertools.product(*(grid[n] for n in names))]
+        hp = jax.tree.map(lambda *x: jnp.stack(x), *[self.hparams(**p) for p in points])
+        over_seeds = jax.vmap(lambda key, h: self.train(key, params, h), in_axes=(0, None))
+        fn = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0)),
+                     compiler_options=gradient_compiler_options())
+        return (points, *fn(keys, hp))
 
     def evaluate(self, params) -> jax.Array:
         """Held-out greedy accuracy ([] float32) on `eval_examples`: the share whose greedy
@@ -300,4 +357,5 @@ def make_grpo_train(config: GRPOConfig, task: Task, *, model, tokenizer, prompt_
     return GRPOProgram(trainer, steps=steps).train
 
 
-__all__ = ["GRPOProgram", "PromptTable", "check_on_device", "make_grpo_train", "prompt_table"]
+__all__ = ["HPARAMS", "GRPOProgram", "PromptTable", "check_on_device", "make_grpo_train",
+           "prompt_table"]

@@ -110,6 +110,40 @@ def test_sweep_seed_equals_its_single_run(start, program):
     assert not np.array_equal(np.asarray(metrics["reward"][0]), np.asarray(metrics["reward"][1]))
 
 
+def test_a_traced_lr_grid_equals_separate_configs(start, program):
+    """A grid of two learning rates and one beta as one program: each point equals the program
+    built with that config (the first point is the config's own)."""
+    trainer, params = start
+    keys = jax.random.split(jax.random.PRNGKey(4), 1)
+    other = 1e-3
+    points, states, metrics = program.sweep_grid(keys, params, {"lr": [CONFIG.lr, other],
+                                                                 "beta": [0.1]})
+    assert points == [{"lr": CONFIG.lr, "beta": 0.1}, {"lr": other, "beta": 0.1}]
+    runs = []
+    for p in points:
+        config = dataclasses.replace(CONFIG, lr=p["lr"], beta=p["beta"])
+        separate = GRPOTrainer(MODEL, TOK, TASK, config, mesh=make_mesh(1), prompt_len=P,
+                               ref_params=trainer.ref_params)
+        runs.append(GRPOProgram(separate).train_jit(keys[0], params))
+    for g, (state, m) in enumerate(runs):
+        np.testing.assert_allclose(np.asarray(metrics["loss"][g, 0]), np.asarray(m["loss"]),
+                                   rtol=1e-4, atol=1e-6)
+        for x, y in zip(leaves(state.params), leaves(jax.tree.map(lambda t, g=g: t[g, 0],
+                                                                  states.params)), strict=True):
+            np.testing.assert_allclose(y, x, rtol=0, atol=0.01 * points[g]["lr"])
+    assert not np.allclose(leaves(runs[0][0].params)[0], leaves(runs[1][0].params)[0])
+
+
+def test_hparams_refuses_unknown_names_and_an_untraceable_beta(start):
+    _, params = start
+    program = GRPOProgram(GRPOTrainer(MODEL, TOK, TASK, dataclasses.replace(CONFIG, beta=0.0),
+                                      mesh=make_mesh(1), prompt_len=P))
+    with pytest.raises(ValueError, match="unknown GRPO hyperparameter"):
+        program.hparams(mu=2.0)
+    with pytest.raises(ValueError, match="grpo.beta > 0"):
+        program.hparams(beta=0.1)
+
+
 def test_evaluate_equals_the_runner(start, host_run, program):
     trainer, _ = start
     params = host_run[0].params
