@@ -318,6 +318,147 @@ def positional_matches(got: Numbers, gold: Numbers) -> jax.Array:
     return jnp.sum(same & inside, axis=1).astype(jnp.int32)
 
 
+_PLUS, _MINUS, _TIMES, _DIVIDE, _OPEN_PAREN = 1, 2, 3, 4, 5  # operator codes on the stack
+_OPS = {ord("+"): _PLUS, ord("-"): _MINUS, ord("*"): _TIMES, ord("/"): _DIVIDE}
+_MAX_LITERAL_DIGITS = 9  # longer literals fit no int32 and are never available numbers
+
+
+class Fraction(NamedTuple):
+    """Exact rationals as int32 pairs, reduced, per row: num [B], den [B] (den != 0 where
+    valid); valid [B] bool."""
+
+    num: jax.Array
+    den: jax.Array
+    valid: jax.Array
+
+
+def _apply(op, a_num, a_den, b_num, b_den):
+    """a op b for int32 fractions, reduced; (num, den, ok) with ok False on division by 0."""
+    num = jnp.select([op == _PLUS, op == _MINUS, op == _TIMES],
+                     [a_num * b_den + b_num * a_den, a_num * b_den - b_num * a_den,
+                      a_num * b_num], a_num * b_den)
+    den = jnp.where(op == _DIVIDE, a_den * b_num, a_den * b_den)
+    ok = (op != _DIVIDE) | (b_num != 0)
+    g = jnp.maximum(jnp.gcd(num, den), 1)
+    return num // g, jnp.where(ok, den // g, 1), ok
+
+
+def expression_value(decoded: Decoded, span: Span, numbers: jax.Array, n_numbers: jax.Array,
+                     *, max_chars: int, max_depth: int) -> Fraction:
+    """`rewards.expression.parse_expression(extract_answer(text), numbers)` per row, exactly:
+    integer literals (ASCII digits, no leading zero, each an unused one of the row's
+    `numbers` [B, K] (the first n_numbers [B]), a multiset), + - * / with the usual precedence
+    and left association, parentheses nested at most `max_depth` deep, whitespace between
+    tokens, at most `max_chars` characters; anything else, or a division by zero, is invalid.
+    Evaluated by a shunting-yard pass over the characters (`lax.scan`) with int32 fractions
+    reduced after every operation, so values must stay within int32 (the caller bounds the
+    task's numbers: `CountdownTask.token_verifier`)."""
+    n = decoded.chars.shape[1]
+    stack = n + 1  # at most one value or operator per character
+
+    def row(chars, found, lo, hi, nums, k):
+        def reduce(state, until_open: bool, prec=None):
+            """Apply the operators on top of the stack: down to '(' (until_open), or while the
+            top one binds at least as tightly as `prec`."""
+            def cond(st):
+                ops, osp = st[2], st[3]
+                top = ops[jnp.maximum(osp - 1, 0)]
+                more = (osp > 0) & (top != _OPEN_PAREN) & st[6]
+                if not until_open:
+                    more &= jnp.where(top >= _TIMES, 2, 1) >= prec
+                return more
+
+            def body(st):
+                vnum, vden, ops, osp, vsp, used, ok = st
+                op = ops[osp - 1]
+                ok2 = ok & (vsp >= 2)
+                i, j = jnp.maximum(vsp - 2, 0), jnp.maximum(vsp - 1, 0)
+                num, den, fine = _apply(op, vnum[i], vden[i], vnum[j], vden[j])
+                vnum, vden = vnum.at[i].set(num), vden.at[i].set(den)
+                return vnum, vden, ops, osp - 1, vsp - 1, used, ok2 & fine
+
+            return jax.lax.while_loop(cond, body, state)
+
+        def flush(carry):
+            """End a pending literal: check it and push its value."""
+            (vnum, vden, ops, osp, vsp, used, ok), lit = carry[0], carry[1]
+            value, digits, lead_zero, pending = lit
+            free = (nums == value) & ~used & (jnp.arange(nums.shape[0]) < k)
+            take = jnp.argmax(free)
+            good = jnp.any(free) & ~lead_zero & (digits <= _MAX_LITERAL_DIGITS)
+            used = jnp.where(pending, used.at[take].set(used[take] | good), used)
+            vnum = jnp.where(pending, vnum.at[vsp].set(value), vnum)
+            vden = jnp.where(pending, vden.at[vsp].set(1), vden)
+            state = (vnum, vden, ops, osp, vsp + pending, used, ok & (~pending | good))
+            return state, (jnp.int32(0), jnp.int32(0), False, False)
+
+        def step(carry, i):
+            state, lit, expect_operand, depth = carry
+            c = chars[i]
+            inside = (i >= lo) & (i < hi)
+            digit = (c >= ord("0")) & (c <= ord("9")) & inside
+            value, digits, lead_zero, pending = lit
+            # a digit: start or extend the literal (a literal where an operator is due is an
+            # error: "3 5")
+            start = digit & ~pending
+            vnum, vden, ops, osp, vsp, used, ok = state
+            ok &= ~(start & ~expect_operand)
+            d = c - ord("0")
+            new_lit = (jnp.where(start, d, jnp.where(digit & (digits < _MAX_LITERAL_DIGITS),
+                                                     value * 10 + d, value)),
+                       digits + digit, jnp.where(start, False, lead_zero | (digit & pending &
+                                                                              (digits == 1) &
+                                                                              (value == 0))),
+                       pending | digit)
+            lit = jax.tree.map(lambda a, b: jnp.where(digit, a, b), new_lit, lit)
+            state = (vnum, vden, ops, osp, vsp, used, ok)
+            expect_operand = jnp.where(start, False, expect_operand)
+            # a non-digit inside the content: the pending literal ends first
+            other = inside & ~digit
+            flushed, cleared = flush((state, lit))
+            state = jax.tree.map(lambda a, b: jnp.where(other, a, b), flushed, state)
+            lit = jax.tree.map(lambda a, b: jnp.where(other, a, b), cleared, lit)
+            op = jnp.zeros((), jnp.int32)
+            for ch, code in _OPS.items():
+                op = jnp.where(c == ch, code, op)
+            binop = other & (op > 0)
+            opening = other & (c == ord("("))
+            closing = other & (c == ord(")"))
+            space = other & jnp.any(c == jnp.asarray(WHITESPACE))
+            vnum, vden, ops, osp, vsp, used, ok = state
+            ok &= ~(other & ~(binop | opening | closing | space))  # an unexpected character
+            ok &= ~((binop | closing) & expect_operand) & ~(opening & ~expect_operand)
+            ok &= ~(opening & (depth >= max_depth)) & ~(closing & (depth == 0))
+            state = (vnum, vden, ops, osp, vsp, used, ok)
+            prec = jnp.where(op >= _TIMES, 2, 1)
+            reduced = jax.lax.cond(binop & ok, lambda st: reduce(st, False, prec),
+                                   lambda st: st, state)
+            reduced = jax.lax.cond(closing & ok, lambda st: reduce(st, True), lambda st: st,
+                                   reduced)
+            vnum, vden, ops, osp, vsp, used, ok = reduced
+            push = (binop | opening) & ok
+            ops = jnp.where(push, ops.at[osp].set(jnp.where(opening, _OPEN_PAREN, op)), ops)
+            osp = osp + push - (closing & ok)  # ')' pops its '('
+            depth = depth + opening - closing
+            expect_operand = jnp.where(binop | opening, True, expect_operand)
+            return ((vnum, vden, ops, osp, vsp, used, ok), lit, expect_operand, depth), None
+
+        zeros = jnp.zeros((stack,), jnp.int32)
+        state = (zeros, jnp.ones((stack,), jnp.int32), zeros, jnp.int32(0), jnp.int32(0),
+                 jnp.zeros(nums.shape, bool), found & (hi - lo <= max_chars))
+        lit = (jnp.int32(0), jnp.int32(0), jnp.asarray(False), jnp.asarray(False))
+        (state, lit, expect_operand, depth), _ = jax.lax.scan(
+            step, (state, lit, jnp.asarray(True), jnp.int32(0)), jnp.arange(n))
+        state, _ = flush((state, lit))
+        expect_operand = expect_operand & ~lit[3]
+        vnum, vden, ops, osp, vsp, used, ok = reduce(state, True)
+        ok &= ~expect_operand & (depth == 0) & (vsp == 1) & (osp == 0)
+        return vnum[0], vden[0], ok
+
+    return Fraction(*jax.vmap(row)(decoded.chars, span.found, span.lo, span.hi, numbers,
+                                   n_numbers))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: a jit-able callable
 class TokenVerifier:
     """A task's verifier on token ids (`Task.token_verifier`): `gold(examples)` puts what the
@@ -347,6 +488,7 @@ class TokenVerifier:
 __all__ = [
     "WHITESPACE",
     "Decoded",
+    "Fraction",
     "Numbers",
     "Span",
     "TokenVerifier",
@@ -358,6 +500,7 @@ __all__ = [
     "encode_numbers",
     "encode_texts",
     "exact_answer",
+    "expression_value",
     "format_scores",
     "is_space",
     "number_list",

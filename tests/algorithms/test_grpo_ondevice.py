@@ -167,7 +167,7 @@ def test_refuses_what_it_does_not_run(change, match):
 
 def test_refuses_a_task_without_token_verifier():
     with pytest.raises(ValueError, match="token verifier"):
-        make_grpo_train(dataclasses.replace(CONFIG, beta=0.0), make_task("countdown"),
+        make_grpo_train(dataclasses.replace(CONFIG, beta=0.0), make_task("countdown", graded=True),
                         model=MODEL, tokenizer=TOK, prompt_len=24)
 
 

@@ -1,5 +1,5 @@
 """The JAX verifiers against the Python ones: decoded text, answer span, format reward and the
-arithmetic, count and sort scores, on random and adversarial token rows (property-based:
+arithmetic, count, sort and countdown scores, on random and adversarial token rows (property-based:
 malformed and repeated tags, Unicode digits and whitespace, invalid UTF-8, special ids, EOS
 inside, masked-out positions, truncation)."""
 
@@ -23,6 +23,7 @@ TASKS = {
     "arithmetic": make_task("arithmetic", digits=2, digit_order="lsb"),
     "count": make_task("count", max_count=5, max_start=20),
     "sort": make_task("sort", num_items=4, max_value=30),
+    "countdown": make_task("countdown"),
 }
 EXAMPLES = {k: t.examples("train", 0, B) for k, t in TASKS.items()}
 
@@ -38,16 +39,24 @@ INVALID = [0x80, 0xBF, 0xC0, 0xC1, 0xC3, 0xE0, 0xED, 0xA0, 0xF0, 0xF4, 0x90, 0xF
 
 def gold_text(task: str, b: int) -> str:  # row b's right answer, so that some rows score
     e = EXAMPLES[task][b]
+    if task == "countdown":
+        return e.meta.expression
     return " ".join(str(x) for x in (sorted(e.meta) if task == "sort" else
                                       e.meta if task == "count" else [e.answer]))
+
+
+def row_pieces(task: str, b: int) -> list[str]:  # countdown: row b's numbers and the operators
+    if task != "countdown":
+        return []
+    return [str(n) for n in EXAMPLES[task][b].meta.numbers] * 3 + list("+-*/()()") + ["0"]
 
 
 def make_row(task: str, b: int, pick, integer, text):
     """Row b of a batch: token ids [N] and mask [N], built from choices made by `pick(list)`,
     `integer(lo, hi)` and `text()` (hypothesis draws, or a numpy generator's)."""
     gold = gold_text(task, b)
-    pieces = [pick(FRAGMENTS + [gold, gold[: len(gold) // 2]]) if integer(0, 3) else text()
-              for _ in range(integer(0, 12))]
+    pieces = [pick(FRAGMENTS + [gold, gold[: len(gold) // 2]] + row_pieces(task, b))
+              if integer(0, 3) else text() for _ in range(integer(0, 12))]
     body = "".join(pieces)
     if integer(0, 3) == 0:  # the answer alone, perhaps padded with whitespace
         body = (pick(["", " ", "\u3000", "\n"]) + pick([gold, gold + " 7", gold[:len(gold) // 2]])
@@ -124,6 +133,12 @@ def test_sort_equals_python(verifiers, batch):
     check(verifiers, "sort", batch)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows("countdown"))
+def test_countdown_equals_python(verifiers, batch):
+    check(verifiers, "countdown", batch)
+
+
 @pytest.mark.parametrize("task", list(TASKS))
 def test_random_rows_equal_python_and_cover_all_cases(verifiers, task):
     """960 seeded random rows per task equal the Python verifier and reach wrong, partial and
@@ -131,7 +146,7 @@ def test_random_rows_equal_python_and_cover_all_cases(verifiers, task):
     rng = np.random.default_rng(1)
     seen = np.concatenate([check(verifiers, task, random_rows(task, rng)) for _ in range(40)])
     assert np.mean(seen == 1.0) > 0.02 and np.mean(seen == 0.0) > 0.3, task  # >= 20 rows right
-    if task != "arithmetic":
+    if task in ("count", "sort"):
         assert np.mean((seen > 0) & (seen < 1)) > 0.01, task
 
 
@@ -206,3 +221,39 @@ def test_hand_cases(verifiers):
 def test_refuses_bpe():
     with pytest.raises(ValueError, match="byte-level"):
         TASKS["arithmetic"].token_verifier(load_tokenizer("bpe:300", texts=["1+2=3"] * 4))
+
+
+def test_countdown_hand_cases(verifiers):
+    """Precedence, left association, exact fractions, a zero divisor inside parentheses, the
+    multiset of numbers, nesting at the depth limit and past it, literals the parser refuses."""
+    from jaxrl_suite.envs.text.base import Example
+    from jaxrl_suite.envs.text.countdown import CountdownMeta
+
+    def ex(numbers, target):
+        return Example("", str(target), CountdownMeta(tuple(numbers), target, ""))
+
+    deep = "(" * 20 + "4" + ")" * 20
+    cases = [  # (content, numbers, target, Python's score)
+        ("2+3*4", (2, 3, 4), 14, 1.0), ("2+3*4", (2, 3, 4), 20, 0.0),
+        ("20-5-3", (20, 5, 3), 12, 1.0), ("12/3/2", (12, 3, 2), 2, 1.0),
+        ("(10/4)*20", (10, 4, 20), 50, 1.0), ("5/(3-3)", (5, 3, 3), 1, 0.0),
+        ("3-5+10", (3, 5, 10), 8, 1.0), ("5+5", (5, 1, 10), 10, 0.0),
+        ("5 +  5", (5, 5, 1), 10, 1.0), (deep, (4, 1, 1), 4, 1.0),
+        ("(" + deep + ")", (4, 1, 1), 4, 0.0), ("05", (5, 1, 1), 5, 0.0),
+        ("99999999999", (9, 1, 1), 9, 0.0), ("٣", (3, 1, 1), 3, 0.0), ("-3+6", (3, 6, 1), 3, 0.0),
+    ]
+    task = TASKS["countdown"]
+    examples = [ex(n, t) for _, n, t, _ in cases]
+    texts = [f"<answer>{c}</answer>" for c, *_ in cases]
+    assert [task.score(t, e) for t, e in zip(texts, examples, strict=True)] == [
+        s for *_, s in cases]
+    ids, mask = TOK.encode_batch(texts + [""] * (B - len(texts)), 64, side="right")
+    verifier = task.token_verifier(TOK)
+    gold = verifier.gold(examples + [examples[0]] * (B - len(texts)))
+    scores, _ = jax.jit(verifier)(ids, mask, gold)
+    np.testing.assert_array_equal(np.asarray(scores)[:len(cases)], [s for *_, s in cases])
+
+
+def test_countdown_without_an_exact_int32_verifier_has_none():
+    assert make_task("countdown", graded=True).token_verifier(TOK) is None  # a float miss
+    assert make_task("countdown", num_numbers=6, max_number=100).token_verifier(TOK) is None

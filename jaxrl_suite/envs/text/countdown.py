@@ -13,6 +13,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from jaxrl_suite.envs.text.base import TASKS, Example, Task
+from jaxrl_suite.rewards import jax_verify
 from jaxrl_suite.rewards.expression import (
     MAX_EXPRESSION_CHARS,
     MAX_PAREN_DEPTH,
@@ -106,6 +107,32 @@ class CountdownTask(Task):
     def score(self, completion: str, ex: Example) -> float:
         return expression_reward(extract_answer(completion), ex.meta.numbers, ex.meta.target,
                                  graded=self.graded)
+
+    def token_verifier(self, tokenizer):
+        """`score` on token ids (`jax_verify.expression_value`: the same grammar, the numbers
+        as a multiset, exact int32 fractions), for the exact reward; None with `graded` (its
+        float miss) or numbers large enough that a valid expression's fractions could leave
+        int32 ((2 * max_number) ** num_numbers >= 2^31: a value over k literals is p / q with
+        |p| <= 2^k prod x_i)."""
+        if self.graded or (2 * self.max_number) ** self.num_numbers >= 2**31:
+            return None
+
+        def gold(examples):
+            numbers = np.zeros((len(examples), self.num_numbers), np.int32)
+            for row, e in enumerate(examples):
+                numbers[row] = e.meta.numbers
+            return (numbers, np.full(len(examples), self.num_numbers, np.int32),
+                    np.array([e.meta.target for e in examples], np.int32))
+
+        def score(decoded, span, g):
+            numbers, count, target = g
+            value = jax_verify.expression_value(decoded, span, numbers, count,
+                                                max_chars=MAX_EXPRESSION_CHARS,
+                                                max_depth=MAX_PAREN_DEPTH)
+            return (value.valid & (value.num == target * value.den)).astype(np.float32)
+
+        return jax_verify.TokenVerifier(jax_verify.byte_table(tokenizer), tokenizer.eos_id,
+                                        gold, score)
 
     def feedback(self, completion: str, ex: Example) -> str:
         """"value 23, target 25" for a valid expression; "no answer" / "invalid expression"."""
