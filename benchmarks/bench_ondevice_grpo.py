@@ -91,7 +91,8 @@ def main(argv=None) -> dict:
     # splits each batch over it)
     mesh = study.lm.mesh if jax.device_count() > 1 else None
     vmapped = program.sweep_fn(params_axis=None, mesh=mesh)
-    in_sequence = program.sweep_fn(params_axis=None, batch=1, mesh=mesh)
+    # the seeds one after another inside one program (not in the smoke: one compile fewer)
+    in_sequence = vmapped if a.smoke else program.sweep_fn(params_axis=None, batch=1, mesh=mesh)
 
     def host(seeds: int):  # seeds host-loop runs, one after another; their rewards [S, steps]
         rewards = []
@@ -114,7 +115,8 @@ def main(argv=None) -> dict:
     # compile every program, and check that seed 0 is the same run both ways
     host_rewards = host(1)
     _, (_, metrics) = timed(lambda: vmapped(keys, params))
-    jax.block_until_ready(in_sequence(keys, params))
+    if not a.smoke:
+        jax.block_until_ready(in_sequence(keys, params))
     same = float(np.abs(np.asarray(metrics["reward"][0]) - host_rewards[0]).max())
     print(f"seed 0 rewards, host vs device: max |diff| {same:.2e}; mean reward per seed "
           f"{np.round(np.asarray(metrics['reward']).mean(1), 3).tolist()}; draws per step "
