@@ -35,8 +35,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "grpo": ("GRPOBatch", "GRPOTrainState", "GRPOTrainer", "UNSET_ANCHOR"),
     "grpo_config": (
-        "LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config", "objective_hparams",
-        "rollout_config"
+        "LR_SCHEDULES", "GRPOConfig", "MemoryConfig", "check_scorer_config", "grpo_optimizer",
+        "objective_hparams", "rollout_config"
+    ),
+    "grpo_ondevice": (
+        "GRPOProgram", "PromptTable", "check_on_device", "make_grpo_train", "prompt_table"
     ),
     "iql": (
         "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"

@@ -146,9 +146,10 @@ class GRPOProgram:
         with `grpo_optimizer` at hp["lr"] and the objective at hp's beta and clip_eps)."""
         if hp is None:
             return self.trainer.update_fn
+        c = self.config  # with beta = 0 the KL term stays out (no reference log-probs)
         return self.trainer.make_update(
-            grpo_optimizer(self.config, hp["lr"]),
-            dataclasses.replace(objective_hparams(self.config), beta=hp["beta"],
+            grpo_optimizer(c, hp["lr"]),
+            dataclasses.replace(objective_hparams(c), beta=hp["beta"] if c.beta > 0 else 0.0,
                                 clip_eps=hp["clip_eps"]))
 
     # ---- the program ----

@@ -142,6 +142,10 @@ def test_hparams_refuses_unknown_names_and_an_untraceable_beta(start):
         program.hparams(mu=2.0)
     with pytest.raises(ValueError, match="grpo.beta > 0"):
         program.hparams(beta=0.1)
+    # with beta = 0 a traced lr leaves the KL term out (no reference log-probs): it traces
+    shapes = jax.eval_shape(lambda k, h: program.train(k, params, h), jax.random.PRNGKey(0),
+                            program.hparams(lr=1e-3))
+    assert shapes[1]["loss"].shape == (STEPS,)
 
 
 def test_evaluate_equals_the_runner(start, host_run, program):
