@@ -104,11 +104,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                              logger=log_of(seed, stack), step_offset=cfg.sft.steps,
                              callback=study.periodic_eval(grpo, cfg.grpo.steps),
                              postfix=("reward", "accuracy", "tokens_per_s"))
-        if seed not in finals:  # every unfinished seed, from its own SFT start
-            pending = study.pending(VARIANT)
+        if seed not in finals:  # every seed (a finished one's GRPO is checkpointed: restored)
             finals.update(study.fit_seeds(
-                grpo, {s: start(s, stack)[0].params for s in pending}, checkpoint_dir=vmapped,
-                loggers={s: log_of(s, stack) for s in pending}, step_offset=cfg.sft.steps))
+                grpo, {s: start(s, stack)[0].params for s in study.seeds},
+                checkpoint_dir=vmapped, loggers={s: log_of(s, stack) for s in study.seeds},
+                step_offset=cfg.sft.steps))
         return finals[seed]
 
     def train(variant: str, seed: int, stack) -> dict:

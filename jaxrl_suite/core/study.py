@@ -264,11 +264,6 @@ class Study:
                 print0(f"[{self.name}] {name}: {fmt(result)}")
         return results
 
-    def pending(self, variant: str) -> list[int]:
-        """The seeds of `variant` whose runs `run` would train (not finished before)."""
-        return [s for s in self.seeds if not self._finished(
-            self.run_dir(variant, s) / "result.json", self.checkpoint_dir(variant, s))]
-
     def run_units(self, units: Sequence[str], train: Callable[[str], Mapping[str, Any]], *,
                   fmt: Callable[[Mapping], str] | None = None) -> dict[str, dict]:
         """`train(unit)` for every unit whose seeds run together; returns {unit: result}.

@@ -65,6 +65,15 @@ def test_killed_vmapped_run_resumes_exactly(runs):
         assert [r["step"] for r in b] == [4, 5, 6, 7]  # every step once
         np.testing.assert_allclose([r["reward"] for r in b], [r["reward"] for r in a])
         np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a], rtol=1e-6)
+    # killed again after seed 0 had finished and seed 1 had not: the GRPO stage of both is
+    # restored from its final checkpoint, and seed 1 ends as before
+    (killed / "runs" / "grpo_s1" / "result.json").unlink()
+    (killed / "summary.json").unlink()
+    assert main(["run", "grpo_arithmetic", *SETS, *VMAP, "--resume", "--out", str(killed)]) == 0
+    ra = json.loads((vmapped / "runs" / "grpo_s1" / "result.json").read_text())
+    rb = json.loads((killed / "runs" / "grpo_s1" / "result.json").read_text())
+    assert rb["grpo_accuracy"] == ra["grpo_accuracy"] and rb["gain"] == ra["gain"]
+    assert [r["step"] for r in grpo_records(killed, 1)] == [4, 5, 6, 7]
 
 
 def test_refused_where_it_cannot_run(tmp_path, capsys):
