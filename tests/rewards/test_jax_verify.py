@@ -115,28 +115,11 @@ def check(verifiers, task, batch):
     return want
 
 
+@pytest.mark.parametrize("task", list(TASKS))
 @settings(max_examples=60, deadline=None)
-@given(rows("arithmetic"))
-def test_arithmetic_equals_python(verifiers, batch):
-    check(verifiers, "arithmetic", batch)
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows("count"))
-def test_count_equals_python(verifiers, batch):
-    check(verifiers, "count", batch)
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows("sort"))
-def test_sort_equals_python(verifiers, batch):
-    check(verifiers, "sort", batch)
-
-
-@settings(max_examples=60, deadline=None)
-@given(rows("countdown"))
-def test_countdown_equals_python(verifiers, batch):
-    check(verifiers, "countdown", batch)
+@given(data=st.data())
+def test_equals_python(verifiers, task, data):
+    check(verifiers, task, data.draw(rows(task)))
 
 
 @pytest.mark.parametrize("task", list(TASKS))
