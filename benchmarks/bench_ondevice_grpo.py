@@ -59,13 +59,13 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def memory_per_seed(sweep, keys, params) -> float:
-    """Bytes the compiler plans for the S-seed program (arguments, outputs, temporaries),
-    divided by the S seeds."""
-    m = sweep.lower(keys, params).compile().memory_analysis()
+def memory_per_seed(compiled, seeds: int) -> float:
+    """Bytes the compiler plans for a compiled S-seed program (arguments, outputs,
+    temporaries), divided by the S seeds."""
+    m = compiled.memory_analysis()
     total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
              - m.alias_size_in_bytes)
-    return total / len(keys)
+    return total / seeds
 
 
 def main(argv=None) -> dict:
@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
     # with several devices, the seed axis is split over the mesh's data axis (the host loop
     # splits each batch over it)
     mesh = study.lm.mesh if jax.device_count() > 1 else None
-    vmapped = program.sweep_fn(params_axis=None, mesh=mesh)
+    vmapped = program.sweep_fn(params_axis=None, mesh=mesh).lower(keys, params).compile()
     # the seeds one after another inside one program (not in the smoke: one compile fewer)
     in_sequence = vmapped if a.smoke else program.sweep_fn(params_axis=None, batch=1, mesh=mesh)
 
@@ -133,13 +133,14 @@ def main(argv=None) -> dict:
               f"({t_host / t_seq:.2f}x)", flush=True)
     steps = cfg.grpo.steps
     t_one_host, _ = timed(lambda: host(1))
-    mem_s = memory_per_seed(vmapped, keys, params)
+    mem_s = memory_per_seed(vmapped, a.seeds)
     if a.smoke:  # two programs fewer to compile
         t_one_dev, mem_1 = t_one_host, mem_s
     else:
         jax.block_until_ready(program.train_jit(keys[0], params))
         t_one_dev, _ = timed(lambda: program.train_jit(keys[0], params))
-        mem_1 = memory_per_seed(program.sweep_fn(params_axis=None), keys[:1], params)
+        mem_1 = memory_per_seed(program.sweep_fn(params_axis=None).lower(keys[:1], params)
+                                .compile(), 1)
     ratio = {k: [p["host"] / p[k] for p in pairs] for k in ("vmap", "sequence")}
     record = {
         "seeds": a.seeds, "steps": steps, "sft_steps": cfg.sft.steps, "rounds": pairs,

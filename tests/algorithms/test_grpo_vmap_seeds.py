@@ -21,17 +21,12 @@ def grpo_records(out, seed):
             if r["stage"] == "grpo"]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vmap")
-    host, vmapped = tmp / "host", tmp / "vmapped"
+def test_same_outputs_as_the_host_loop_and_a_killed_run_resumes(tmp_path):
+    """The host loop and run.vmap_seeds give the same outputs, and a killed vmapped run
+    resumes to them (one test, so that two workers do not make the same runs twice)."""
+    host, vmapped = tmp_path / "host", tmp_path / "vmapped"
     assert main(["run", "grpo_arithmetic", *SETS, "--out", str(host)]) == 0
     assert main(["run", "grpo_arithmetic", *SETS, *VMAP, "--out", str(vmapped)]) == 0
-    return tmp, host, vmapped
-
-
-def test_same_outputs_as_the_host_loop(runs):
-    _, host, vmapped = runs
     assert (vmapped / "checkpoints" / "grpo_seeds" / "4").is_dir()
     assert not (vmapped / "checkpoints" / "grpo_s0" / "grpo").exists()
     for seed in (0, 1):
@@ -50,10 +45,7 @@ def test_same_outputs_as_the_host_loop(runs):
             assert rb[key] == pytest.approx(ra[key]), key
     assert (vmapped / "summary.json").is_file() and (vmapped / "table.md").is_file()
 
-
-def test_killed_vmapped_run_resumes_exactly(runs):
-    tmp, _, vmapped = runs
-    killed = tmp / "killed"
+    killed = tmp_path / "killed"
     shutil.copytree(vmapped, killed)
     shutil.rmtree(killed / "checkpoints" / "grpo_seeds" / "4")  # killed after the first chunk
     for seed in (0, 1):
