@@ -71,8 +71,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     study = LMStudy(NAME, cfg, opts, variants=(VARIANT,), seeds_on_device=True)
     vmapped = opts.out_dir / "checkpoints" / "grpo_seeds"  # run.vmap_seeds: the stacked state
     logs, starts, finals = {}, {}, {}
+    stack = contextlib.ExitStack()  # the seeds' logs stay open until every run has ended
 
-    def log_of(seed: int, stack: contextlib.ExitStack):  # each seed's log, open for the study
+    def log_of(seed: int):  # each seed's log, opened once
         if seed not in logs:
             ckpt = study.checkpoint_dir(VARIANT, seed)
             grpo_dir = vmapped if cfg.run.vmap_seeds else ckpt / "grpo"
@@ -80,10 +81,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 study.run_dir(VARIANT, seed), [(ckpt / "sft", 0), (grpo_dir, cfg.sft.steps)]))
         return logs[seed]
 
-    def start(seed: int, stack) -> tuple:  # SFT by the start rule and its evaluation, once
+    def start(seed: int) -> tuple:  # SFT by the start rule and its evaluation, once
         if seed not in starts:
             ckpt, run_dir = study.checkpoint_dir(VARIANT, seed), study.run_dir(VARIANT, seed)
-            sft_state = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log_of(seed, stack))
+            sft_state = study.sft(seed, checkpoint_dir=ckpt / "sft", logger=log_of(seed))
             grpo = study.grpo_trainer(cfg.grpo, ref_params=sft_state.params)
             sft_eval = study.cached(run_dir / "sft_eval.json", lambda: {
                 **study.evaluate(grpo, sft_state.params),
@@ -94,29 +95,29 @@ def run(cfg: Config, opts: RunOptions) -> dict:
             starts[seed] = (sft_state, grpo, sft_eval)
         return starts[seed]
 
-    def grpo_stage(seed: int, stack):  # the host loop per seed, or every seed in one program
-        sft_state, grpo, _ = start(seed, stack)
+    def grpo_stage(seed: int):  # the host loop per seed, or every seed in one program
+        sft_state, grpo, _ = start(seed)
         if not cfg.run.vmap_seeds:
             init = grpo.init_state(sft_state.params, lm_keys(seed).grpo,
                                    sft_opt_state=sft_state.opt_state)
             return study.fit(grpo, init, stage="grpo", num_steps=cfg.grpo.steps,
                              checkpoint_dir=study.checkpoint_dir(VARIANT, seed) / "grpo",
-                             logger=log_of(seed, stack), step_offset=cfg.sft.steps,
+                             logger=log_of(seed), step_offset=cfg.sft.steps,
                              callback=study.periodic_eval(grpo, cfg.grpo.steps),
                              postfix=("reward", "accuracy", "tokens_per_s"))
         if seed not in finals:  # every seed (a finished one's GRPO is checkpointed: restored)
             finals.update(study.fit_seeds(
-                grpo, {s: start(s, stack)[0].params for s in study.seeds},
-                checkpoint_dir=vmapped, loggers={s: log_of(s, stack) for s in study.seeds},
+                grpo, {s: start(s)[0].params for s in study.seeds},
+                checkpoint_dir=vmapped, loggers={s: log_of(s) for s in study.seeds},
                 step_offset=cfg.sft.steps))
         return finals[seed]
 
-    def train(variant: str, seed: int, stack) -> dict:
+    def train(variant: str, seed: int, _) -> dict:
         t0, run_dir = time.perf_counter(), study.run_dir(variant, seed)
-        sft_state, grpo, sft_eval = start(seed, stack)
-        state = grpo_stage(seed, stack)
+        sft_state, grpo, sft_eval = start(seed)
+        state = grpo_stage(seed)
         final = study.evaluate(grpo, state.params)
-        log_of(seed, stack).log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
+        log_of(seed).log({"step": cfg.sft.steps + cfg.grpo.steps, "stage": "final",
                                  **eval_record(final)})
         sft_steps = int(sft_state.step)
         # The control: the same SFT, continued from the start for as many optimizer steps.
@@ -143,8 +144,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                 "tokens_per_s_mean": float(np.mean(tps)),
                 "wall_time_s": time.perf_counter() - t0}
 
-    with contextlib.ExitStack() as stack:  # the seeds' logs stay open until every run ends
-        results = study.run(train, stack)
+    with stack:
+        results = study.run(train)
     stats = study.aggregate(results, [*KEYS, "wall_time_s"])
     study.plot_runs(["reward", "accuracy", "length"], opts.out_dir / "reward_curve.png",
                     stage="grpo", smooth=10, title=f"GRPO on {cfg.task.title}: median and IQR "

@@ -48,7 +48,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "LM", "EvalConfig", "LMStudy", "RunConfig", "TaskConfig", "build_lm", "check_batches",
         "eval_record", "lm_keys"
     ),
-    "loop": ("fit", "fit_resumable"),
+    "loop": ("fit", "fit_resumable", "save_or_stop"),
     "offline_data": (
         "DATASETS", "OfflineDataConfig", "PreferenceData", "Transitions", "build_datasets",
         "complete_episode_returns", "dataset_scores", "load_or_build_datasets",

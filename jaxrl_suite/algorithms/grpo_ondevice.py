@@ -284,10 +284,10 @@ class GRPOProgram:
         points = [dict(zip(names, map(float, values), strict=True))
                   for values in itertools.product(*(grid[n] for n in names))]
         hp = jax.tree.map(lambda *x: jnp.stack(x), *[self.hparams(**p) for p in points])
-        over_seeds = jax.vmap(lambda key, h: self.train(key, params, h), in_axes=(0, None))
-        fn = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0)),
+        over_seeds = jax.vmap(self.train, in_axes=(0, None, None))  # params: an argument, not
+        fn = jax.jit(jax.vmap(over_seeds, in_axes=(None, None, 0)),  # a constant of the program
                      compiler_options=gradient_compiler_options())
-        return (points, *fn(keys, hp))
+        return (points, *fn(keys, params, hp))
 
     def evaluate(self, params) -> jax.Array:
         """Held-out greedy accuracy ([] float32) on `eval_examples`: the share whose greedy

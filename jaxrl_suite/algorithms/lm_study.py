@@ -46,7 +46,7 @@ from jaxrl_suite.algorithms.agent import EpisodeSFT
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState
 from jaxrl_suite.algorithms.grpo_config import GRPOConfig, rollout_config
 from jaxrl_suite.algorithms.grpo_ondevice import GRPOProgram, check_on_device
-from jaxrl_suite.algorithms.loop import fit_resumable
+from jaxrl_suite.algorithms.loop import fit_resumable, save_or_stop
 from jaxrl_suite.algorithms.sft import VALIDATION_START, LMTrainer, SFTConfig, SFTTrainer
 from jaxrl_suite.core.checkpoint import Checkpointer, CheckpointNotFoundError
 from jaxrl_suite.core.config import (
@@ -61,7 +61,6 @@ from jaxrl_suite.core.config import (
 from jaxrl_suite.core.experiment import EvalOptions, RunOptions
 from jaxrl_suite.core.metrics import MetricsLogger, WandbConfig, plot_runs, read_metrics, write_json
 from jaxrl_suite.core.parallel import MeshConfig, batch_shards, make_mesh, print0
-from jaxrl_suite.core.signals import Terminated, sigterm_received
 from jaxrl_suite.core.study import Study, check_seeds, open_run_log
 from jaxrl_suite.core.train import NonFiniteError
 from jaxrl_suite.envs.text import TASKS, Example, Task
@@ -171,7 +170,7 @@ class RunConfig:
     wandb: WandbConfig = WandbConfig()  # log to W&B as --wandb does (`enabled: true`)
     # Run the GRPO stage of all seeds as one vmapped program (`LMStudy.fit_seeds`,
     # algorithms/grpo_ondevice.py), where the experiment supports it; needs a task with a
-    # token verifier (arithmetic, count, sort) and the static rollout engine.
+    # token verifier (arithmetic, count, sort, countdown) and the static rollout engine.
     vmap_seeds: bool = False
 
     def __post_init__(self):
@@ -684,13 +683,8 @@ class LMStudy(Study):
                             record.update(eval_record(self.evaluate(
                                 trainer, jax.tree.map(lambda x, i=i: x[i], state.params))))
                         loggers[seed].log({"step": step_offset + n, "stage": "grpo", **record})
-                term = sigterm_received()
-                ckpt.save(done + k, state, {"cursor": (done + k) * program.pool},
-                          force=done + k == c.steps or term)
-                if term:
-                    ckpt.wait()
-                    raise Terminated(f"grpo step {done + k} of seeds {seeds} checkpointed in "
-                                     f"{ckpt.directory}")
+                save_or_stop(ckpt, done + k, state, {"cursor": (done + k) * program.pool},
+                             stage=f"grpo (seeds {seeds})", force=done + k == c.steps)
                 print0(f"[{self.name}] grpo steps {done + k}/{c.steps} of seeds {seeds} "
                        f"({dt:.1f} s)")
             ckpt.wait()

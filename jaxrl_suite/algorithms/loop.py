@@ -64,13 +64,12 @@ def fit(
             metrics.update(callback(n, state))
         stop = bool(metrics.pop("stop", False))
         logger.log({"step": step_offset + n, "stage": stage, **metrics})
-        term = sigterm_received()
-        checkpointer.save(n, state, {**meta, "cursor": cursor, "stopped": stop},
-                          force=n == num_steps or stop or term)
-        if term:  # a scheduler's SIGTERM (`core.signals`): this step is saved, stop here
-            checkpointer.wait()
+        try:
+            save_or_stop(checkpointer, n, state, {**meta, "cursor": cursor, "stopped": stop},
+                         stage=stage, force=n == num_steps or stop)
+        except Terminated:
             bar.close()
-            raise Terminated(f"{stage} step {n} checkpointed in {checkpointer.directory}")
+            raise
         bar.update(1)
         bar.set_postfix({k: f"{metrics[k]:.3g}" for k in postfix if k in metrics})
         if stop:
@@ -78,6 +77,18 @@ def fit(
     bar.close()
     checkpointer.wait()
     return state, cursor
+
+
+def save_or_stop(checkpointer: Checkpointer, n: int, state, meta: dict, *, stage: str,
+                 force: bool) -> None:
+    """Checkpoint step `n` (on the checkpointer's interval, or `force`); after a scheduler's
+    SIGTERM (`core.signals`) the step is saved at once and `Terminated` raised: every stage's
+    loop (`fit`, `LMStudy.fit_seeds`) ends a step this way."""
+    term = sigterm_received()
+    checkpointer.save(n, state, meta, force=force or term)
+    if term:
+        checkpointer.wait()
+        raise Terminated(f"{stage} step {n} checkpointed in {checkpointer.directory}")
 
 
 def fit_resumable(

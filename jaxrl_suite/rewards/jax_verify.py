@@ -145,24 +145,25 @@ def is_space(chars: jax.Array) -> jax.Array:
     return jnp.any(chars[..., None] == jnp.asarray(WHITESPACE), axis=-1)
 
 
-def _find(chars: jax.Array, length: jax.Array, pattern: np.ndarray, start: jax.Array):
-    """First i >= start with chars[i : i + len(pattern)] == pattern inside [0, length), as
-    (found, i); chars [L] of one row."""
+def _matches(chars: jax.Array, length: jax.Array, pattern: np.ndarray) -> jax.Array:
+    """[L] bool: where `pattern` occurs in chars[:length] (one row)."""
     k, n = len(pattern), chars.shape[0]
     padded = jnp.concatenate([chars, jnp.full((k,), -1, chars.dtype)])
     windows = jnp.stack([padded[j:j + n] for j in range(k)], axis=-1)  # [L, k]
-    i = jnp.arange(n)
-    hits = jnp.all(windows == pattern, axis=-1) & (i >= start) & (i + k <= length)
+    return jnp.all(windows == pattern, axis=-1) & (jnp.arange(n) + k <= length)
+
+
+def _find(chars: jax.Array, length: jax.Array, pattern: np.ndarray, start: jax.Array):
+    """First i >= start with chars[i : i + len(pattern)] == pattern inside [0, length), as
+    (found, i); chars [L] of one row."""
+    hits = _matches(chars, length, pattern) & (jnp.arange(chars.shape[0]) >= start)
     return jnp.any(hits), jnp.argmax(hits)
 
 
 def _count(chars: jax.Array, length: jax.Array, pattern: np.ndarray) -> jax.Array:
     """Occurrences of `pattern` in chars[:length] (one row; the answer tags cannot overlap
     themselves, so this is str.count)."""
-    k, n = len(pattern), chars.shape[0]
-    padded = jnp.concatenate([chars, jnp.full((k,), -1, chars.dtype)])
-    windows = jnp.stack([padded[j:j + n] for j in range(k)], axis=-1)
-    return jnp.sum(jnp.all(windows == pattern, axis=-1) & (jnp.arange(n) + k <= length))
+    return jnp.sum(_matches(chars, length, pattern))
 
 
 def _strip(space: jax.Array, lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
