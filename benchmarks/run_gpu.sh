@@ -20,6 +20,8 @@ python3 benchmarks/bench_grpo.py --preset qwen2.5-0.5b --dtype bfloat16 --steps 
 python3 benchmarks/bench_rollout.py --out "$OUT/bench_rollout.json" 2>&1 | grep -v WARNING
 # Issue 48: 8 seeds of the main job's GRPO phase as one vmapped program vs 8 host-loop runs.
 python3 benchmarks/bench_ondevice_grpo.py --out "$OUT/bench_ondevice_grpo.json" 2>&1 | grep -v WARNING
+# Issue 47: keyframes (k = 4) against all 32 frames, tokens per video and rollout time.
+python3 benchmarks/bench_video.py --out "$OUT/bench_video.json" 2>&1 | grep -v WARNING
 python3 -m jaxrl_suite.cli run grpo_arithmetic --no-progress --out "$OUT/grpo_arithmetic" 2>&1 \
   | grep -v WARNING | tail -n 5
 cp "$OUT/grpo_arithmetic/summary.json" "$OUT/grpo_arithmetic_summary.json" 2>/dev/null || true

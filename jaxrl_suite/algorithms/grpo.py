@@ -31,6 +31,7 @@ projects the hidden states to logits a few positions at a time (`losses.chunked`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import time
@@ -543,6 +544,16 @@ class GRPOTrainer(LMTrainer):
         """The configured advantages (`grpo.advantage`, times grpo.advantage_sign) of rewards
         [B, G], flattened to [B*G]."""
         return np.asarray(self._advantages(rewards))
+
+    def negated(self) -> GRPOTrainer:
+        """The negated-advantage control on this trainer's compiled programs: a shallow copy
+        with grpo.advantage_sign flipped (its `group_advantages` are -1 times this one's), so
+        the control compiles nothing new."""
+        other = copy.copy(self)
+        other.config = dataclasses.replace(self.config,
+                                           advantage_sign=-self.config.advantage_sign)
+        other._advantages = lambda r: -self._advantages(r)
+        return other
 
     def completion_embeddings(self, params, seq: SeqBatch) -> jax.Array:
         """The policy's mean-pooled final hidden states over each completion: [B*G, D]."""

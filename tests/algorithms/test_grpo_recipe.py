@@ -225,5 +225,11 @@ def test_advantage_sign_negates_the_configured_advantages(setup):
     np.testing.assert_array_equal(make(setup, advantage_sign=-1).group_advantages(rewards),
                                   -plain)
     assert plain[1] > 0 and plain[4] > 0  # the better completions get positive advantages
+    trainer = make(setup)
+    control = trainer.negated()  # the same programs, the sign flipped
+    np.testing.assert_array_equal(control.group_advantages(rewards), -plain)
+    assert control.config.advantage_sign == -1 and trainer.config.advantage_sign == 1
+    assert control._update is trainer._update  # nothing compiled again
+    np.testing.assert_array_equal(control.negated().group_advantages(rewards), plain)
     with pytest.raises(ValueError, match="advantage_sign"):
         dataclasses.replace(CFG, advantage_sign=2)

@@ -15,7 +15,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
     [("bench_sampler", "tok"), ("bench_grpo", "tok"), ("bench_ppo", "env-steps/s"),
      ("bench_lru_kernel", "reference"), ("bench_logprob_memory", "compiler estimates"),
      ("bench_rollout", "identical"), ("bench_sandbox", "programs/s"), ("bench_agent", "traj/s"),
-     ("bench_hostile", "vs ordinary"), ("bench_ondevice_grpo", "host loop / vmapped program")],
+     ("bench_hostile", "vs ordinary"), ("bench_ondevice_grpo", "host loop / vmapped program"),
+     ("bench_video", "all / k")],
 )
 def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     out = tmp_path / f"{name}.json"
@@ -34,6 +35,9 @@ def test_benchmark_smoke(name, unit, tmp_path, monkeypatch, capsys):
     if name == "bench_ondevice_grpo":  # seed 0 ran the same GRPO both ways; a ratio per round
         assert figures["seed0_reward_max_abs_diff"] < 1e-6
         assert len(figures["ratios"]["vmap"]) == 1 and figures["median"]["vmap"] > 0
+    if name == "bench_video":  # 32 frames of 9 + 2 tokens against 4, the same question text
+        tokens = figures["prompt_tokens_per_video"]
+        assert tokens["all"] - tokens["k"] == pytest.approx((32 - 4) * 11)
     if name == "bench_sandbox":  # the pools agreed with the serial loop on every status
         assert figures["statuses"] == {"error": 2, "failed": 4, "ok": 2}  # syntax error: error
         assert all(r["programs_per_s"] > 0 for r in figures["pools"])

@@ -2,7 +2,8 @@
 base and IMAGE_MARKER (base.py), VisualThinker-R1-Zero's SAT-like spatial QA with its
 CVBench-like held-out set (spatial_qa.py), the "base" VLM's pretraining corpus (pretrain.py),
 the R1-Zero study's trace analysis (analysis.py), grid worlds solved by BFS and simulation
-(maze.py) and SpatialTree's eleven sub-abilities over four levels (spatial_tree.py).
+(maze.py), SpatialTree's eleven sub-abilities over four levels (spatial_tree.py) and
+ChronoForge-RL's generated videos with events among distractors (video.py).
 Importing this package registers its tasks in `envs.text.TASKS`. Numpy only."""
 
 from jaxrl_suite.envs.vision.analysis import (
@@ -71,11 +72,28 @@ from jaxrl_suite.envs.vision.spatial_tree import (
     TreeMeta,
     mix_abilities,
 )
+from jaxrl_suite.envs.vision.video import (
+    EVENT_KINDS,
+    FAMILIES,
+    Event,
+    Video,
+    VideoFrame,
+    VideoMeta,
+    VideoObject,
+    VideoQATask,
+    event_recall,
+    select_frames,
+    shuffled,
+    uniform_frames,
+    with_frames,
+)
 
 __all__ = [
     "ABILITIES",
     "CATEGORIES",
     "DOC_KINDS",
+    "EVENT_KINDS",
+    "FAMILIES",
     "FILLER_WORDS",
     "IMAGE_MARKER",
     "LEVEL_OF",
@@ -90,6 +108,7 @@ __all__ = [
     "TEMPLATES",
     "TREE_REWARDS",
     "Correction",
+    "Event",
     "Fact",
     "GridMap",
     "PretrainCorpus",
@@ -102,13 +121,19 @@ __all__ = [
     "SpatialQATask",
     "SpatialTreeTask",
     "TreeMeta",
+    "Video",
+    "VideoFrame",
+    "VideoMeta",
+    "VideoObject",
+    "VideoQATask",
     "VisionTask",
     "accuracy_by",
     "batch_images",
     "bfs",
-    "draw_grid",
     "dip_then_grow",
+    "draw_grid",
     "draw_scene",
+    "event_recall",
     "fall",
     "grid_of",
     "grid_scene",
@@ -122,7 +147,11 @@ __all__ = [
     "render_scenes",
     "scene_key",
     "scenes_key",
+    "select_frames",
     "self_corrections",
+    "shuffled",
     "simulate",
     "trace_stats",
+    "uniform_frames",
+    "with_frames",
 ]

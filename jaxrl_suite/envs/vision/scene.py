@@ -131,25 +131,30 @@ class Scene:
         return self.size // self.grid
 
 
+def shape_mask(shape: str, u: np.ndarray, v: np.ndarray, s: int,
+               facing: str = "up") -> np.ndarray:
+    """bool: the pixels of a shape of doubled size `s` at doubled offsets (u, v) of the pixel
+    centres from the shape's centre (broadcast), by the rules of the module docstring."""
+    box = (np.abs(u) < s) & (np.abs(v) < s)
+    if shape == "square":
+        return box
+    if shape == "circle":
+        return u * u + v * v <= s * s
+    if shape == "diamond":
+        return np.abs(u) + np.abs(v) <= s
+    apex = {"up": 2 * np.abs(u) <= v + s, "down": 2 * np.abs(u) <= s - v,
+            "left": 2 * np.abs(v) <= u + s, "right": 2 * np.abs(v) <= s - u}
+    return box & apex[facing]
+
+
 def object_mask(scene: Scene, obj: SceneObject) -> np.ndarray:
     """bool [size, size]: the pixels of `obj`'s shape (before occlusion), by the rules of the
     module docstring."""
     c = scene.cell
     cx, cy = obj.x * c + c // 2, obj.y * c + c // 2
     idx = 2 * np.arange(scene.size, dtype=np.int64) + 1
-    u = (idx - 2 * cx)[None, :]  # [1, W]
-    v = (idx - 2 * cy)[:, None]  # [H, 1]
-    s = obj.size
-    box = (np.abs(u) < s) & (np.abs(v) < s)
-    if obj.shape == "square":
-        return box
-    if obj.shape == "circle":
-        return u * u + v * v <= s * s
-    if obj.shape == "diamond":
-        return np.abs(u) + np.abs(v) <= s
-    apex = {"up": 2 * np.abs(u) <= v + s, "down": 2 * np.abs(u) <= s - v,
-            "left": 2 * np.abs(v) <= u + s, "right": 2 * np.abs(v) <= s - u}
-    return box & apex[obj.facing]
+    return shape_mask(obj.shape, (idx - 2 * cx)[None, :], (idx - 2 * cy)[:, None], obj.size,
+                      obj.facing)
 
 
 def label_map(scene: Scene) -> np.ndarray:
@@ -169,15 +174,17 @@ def render(scene: Scene) -> np.ndarray:
     return colours[label_map(scene)]  # label -1 picks the background row
 
 
-def render_scenes(scenes: Sequence[Scene], size: int = 32) -> np.ndarray:
-    """uint8 [n, size, size, 3]: `render` of each scene, stacked ([0, size, size, 3] for none;
-    the scenes must all be `size` pixels)."""
+def render_scenes(scenes: Sequence, size: int | None = None) -> np.ndarray:
+    """uint8 [n, size, size, 3]: each scene rendered, stacked: `render` of a `Scene`, or the
+    item's own `render()` (e.g. a video frame, `envs.vision.video.VideoFrame`). All items have
+    one `size` in pixels (default: the first's; [0, 32, 32, 3] for none)."""
+    size = (scenes[0].size if scenes else 32) if size is None else size
     if any(s.size != size for s in scenes):
         raise ValueError(f"render_scenes: every scene must be {size} px, got "
                          f"{sorted({s.size for s in scenes})}")
     if not scenes:
         return np.zeros((0, size, size, 3), np.uint8)
-    return np.stack([render(s) for s in scenes])
+    return np.stack([render(s) if isinstance(s, Scene) else s.render() for s in scenes])
 
 
 def visible_fractions(scene: Scene) -> np.ndarray:
@@ -364,6 +371,7 @@ __all__ = [
     "render_scenes",
     "scene_key",
     "scenes_key",
+    "shape_mask",
     "visible_fractions",
     "visible_occlusions",
 ]
