@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
     params = model.init(jax.random.key(0), np.zeros((1, 4), np.int32))
     base = VideoQATask(k=a.k)
     t0 = time.perf_counter()
-    tad = base.with_selector(lambda v: kf.select(v.render(), "tad", a.k), "tad")
+    tad = base.with_selector(lambda v: kf.select_keyframes(v.render(), "tad", a.k), "tad")
     keyed = tad.examples("test", 0, a.batch)
     select_s = (time.perf_counter() - t0) / a.batch
     every = base.with_frames("all").examples("test", 0, a.batch)

@@ -109,8 +109,8 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     scorer = jax.tree.map(lambda x: np.asarray(x, np.float32), fitted["scorer"],
                           is_leaf=lambda x: isinstance(x, list))
     tasks = {s: task(s) for s in vq.SELECTORS if s != "sft"}
-    tasks.update({s: task().with_selector(lambda v, s=s: kf.select(v.render(), s, k), s)
-                  for s in kf.SELECTORS}, learned=task().with_selector(sel.select(scorer)))
+    tasks.update({s: task().with_selector(lambda v, s=s: kf.select_keyframes(v.render(), s, k), s)
+                  for s in kf.KEYFRAME_SELECTORS}, learned=task().with_selector(sel.select(scorer)))
     held = {s: t.examples("test", 0, e.num_examples) for s, t in tasks.items()}
 
     def accuracy(params, examples, trainer=runner, prefix="") -> dict:

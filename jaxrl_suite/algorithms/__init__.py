@@ -41,6 +41,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "grpo_ondevice": (
         "GRPOProgram", "PromptTable", "check_on_device", "make_grpo_train", "prompt_table"
     ),
+    "kf_grpo": (
+        "VIEWS", "KFGRPOConfig", "KFGRPOTrainer", "SelectorConfig", "SelectorTrainer",
+        "contrast_view"
+    ),
     "iql": (
         "BC", "BCConfig", "IQL", "IQLConfig", "OfflineState", "make_train_bc", "normalize_rewards"
     ),

@@ -40,7 +40,7 @@ from jaxrl_suite.models.vision import patchify
 from jaxrl_suite.rewards.kf_grpo import contrast_gate, kf_grpo_rewards
 from jaxrl_suite.sampling.keyframes import (
     FrameScorer,
-    saliency,
+    frame_saliency,
     saliency_mass,
     scorer_features,
     soft_topk,
@@ -123,7 +123,7 @@ class KFGRPOTrainer:
             contrasts[view] = self.correctness(vseq, shown, c.contrast_group)
             tokens += vinfo["tokens"]
         t_contrast = time.perf_counter() - t_contrast
-        m = np.array([saliency_mass(saliency(e.meta.video.render()), e.meta.frames,
+        m = np.array([saliency_mass(frame_saliency(e.meta.video.render()), e.meta.frames,
                                     len(e.meta.scenes)) for e in examples],
                      np.float32) if c.saliency else np.ones(len(examples))
         new = np.asarray(kf_grpo_rewards(rewards, correct, list(contrasts.values()), m,

@@ -3,7 +3,8 @@ and F1, safe arithmetic expressions, AEPO's adaptive exploration reward (aepo.py
 composite screening reward with its collapse report (composite.py), s3's searcher format,
 document selection and Gain-Beyond-RAG rewards (gbr.py), VisualThinker-R1-Zero's think/answer
 format, accuracy and length rewards (r1zero.py) and SpatialTree's auto-think rules
-(auto_think.py). Plain Python on `str`, run between jitted calls; `jax_verify` computes the
+(auto_think.py), and KF-GRPO's contrastive, saliency-weighted bonus on arrays (kf_grpo.py).
+Plain Python on `str`, run between jitted calls; `jax_verify` computes the
 answer-format, exact-match and number-list rewards from token ids inside JAX, equal to these.
 
 A completion is hostile input: these functions parse, never evaluate, are linear in the input (or
@@ -46,6 +47,7 @@ from jaxrl_suite.rewards.gbr import (
     selected_documents,
 )
 from jaxrl_suite.rewards.jax_verify import TokenVerifier
+from jaxrl_suite.rewards.kf_grpo import T_GRPO, contrast_gate, kf_grpo_rewards
 from jaxrl_suite.rewards.match import (
     MAX_INT_DIGITS,
     MAX_NUMBER_CHARS,
@@ -78,7 +80,6 @@ from jaxrl_suite.rewards.r1zero import (
 
 __all__ = [
     "ANSWER_CLOSE",
-    "CompositeConfig",
     "ANSWER_OPEN",
     "MAX_EXPRESSION_CHARS",
     "MAX_INT_DIGITS",
@@ -88,6 +89,8 @@ __all__ = [
     "SEARCH_REWARDS",
     "THINK_CLOSE",
     "THINK_OPEN",
+    "T_GRPO",
+    "CompositeConfig",
     "Matcher",
     "TokenVerifier",
     "aepo_reward",
@@ -98,12 +101,14 @@ __all__ = [
     "best_match",
     "collapse_report",
     "composite_components",
+    "contrast_gate",
     "exact_match",
     "expression_reward",
     "extract_answer",
     "extract_letters",
     "format_reward",
     "is_thinking",
+    "kf_grpo_rewards",
     "length_reward",
     "level_mode_term",
     "normalize_answer",

@@ -128,7 +128,7 @@ def variation_scores(features, *, max_shift: int = 0) -> np.ndarray:
 def trend_residual(scores, *, window: int = 7) -> np.ndarray:
     """Departure of each score from its local trend, float64 [T] (stage 2 of the module
     docstring): r_0 = 0 and, over s_1..s_{T-1}, d = s - (Theil-Sen line), r_t = d_t - the running
-    median of d over `window` frames (odd, mirror padding). All zeros when T < 4."""
+    median of d over `window` frames (odd; shifted inwards at the ends). All zeros when T < 4."""
     s = np.asarray(scores, np.float64)
     if s.ndim != 1:
         raise ValueError(f"scores must be 1-D [T], got shape {s.shape}")
@@ -240,21 +240,21 @@ def tad_select(frames, k: int, *, max_shift: int = 3, z: float = 3.0,
                               features=f, max_shift=max_shift)
 
 
-SELECTORS = ("raw_diff", "variation", "inflection", "tad")  # `select`'s rules
+KEYFRAME_SELECTORS = ("raw_diff", "variation", "inflection", "tad")  # `select_keyframes`'s
 
 
-def saliency(frames, *, max_shift: int = 3) -> np.ndarray:
+def frame_saliency(frames, *, max_shift: int = 3) -> np.ndarray:
     """Each frame's saliency, float64 [T]: its TAD variation score, variation_scores(
     frame_features(frames), max_shift) (>= 0)."""
     return variation_scores(frame_features(frames), max_shift=max_shift)
 
 
-def select(frames, selector: str, k: int) -> np.ndarray:
-    """k frames of a video [T, H, W, C], int64 ascending, by one of SELECTORS (the stages of TAD
+def select_keyframes(frames, selector: str, k: int) -> np.ndarray:
+    """k frames of a video [T, H, W, C], int64 ascending, by one of KEYFRAME_SELECTORS (TAD's stages
     alone and together, for their ablation):
 
         raw_diff    the k largest raw pixel changes, variation_scores(frames / 255)
-        variation   the k largest `saliency` scores (stage 1)
+        variation   the k largest `frame_saliency` scores (stage 1)
         inflection  the apexes of the saliency by score, each its own run, then coverage
                     (stages 1-2: prioritized_select with min_gap = 1, no distillation)
         tad         `tad_select` (stages 1-3)"""
@@ -263,9 +263,10 @@ def select(frames, selector: str, k: int) -> np.ndarray:
     if selector == "raw_diff":
         s = variation_scores(np.asarray(frames, np.float32) / 255.0)
     elif selector in ("variation", "inflection"):
-        s = saliency(frames)
+        s = frame_saliency(frames)
     else:
-        raise ValueError(f"select: selector must be one of {list(SELECTORS)}, got {selector!r}")
+        raise ValueError(f"select_keyframes: selector must be one of "
+                         f"{list(KEYFRAME_SELECTORS)}, got {selector!r}")
     if selector == "inflection":
         return prioritized_select(s, inflection_points(s), k, min_gap=1)
     return np.sort(np.argsort(-s, kind="stable")[:k]).astype(np.int64)
@@ -369,6 +370,6 @@ def scorer_features(frames) -> np.ndarray:
     return np.concatenate(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["SELECTORS", "FrameScorer", "frame_features", "inflection_points",
-           "prioritized_select", "saliency", "saliency_mass", "scorer_features", "select",
-           "soft_topk", "tad_select", "trend_residual", "variation_scores"]
+__all__ = ["KEYFRAME_SELECTORS", "FrameScorer", "frame_features", "frame_saliency",
+           "inflection_points", "prioritized_select", "saliency_mass", "scorer_features",
+           "select_keyframes", "soft_topk", "tad_select", "trend_residual", "variation_scores"]

@@ -14,7 +14,7 @@ from jaxrl_suite.sampling.keyframes import (
     prioritized_select,
     saliency_mass,
     scorer_features,
-    select,
+    select_keyframes,
     soft_topk,
     tad_select,
     trend_residual,
@@ -309,14 +309,15 @@ def test_scorer_features():
 
 def test_select_ablates_the_stages():
     video = synthetic_video(0)
-    np.testing.assert_array_equal(select(video, "tad", 4), tad_select(video, 4))
+    np.testing.assert_array_equal(select_keyframes(video, "tad", 4), tad_select(video, 4))
     s = variation_scores(frame_features(video), max_shift=3)
     # variation: the 4 largest scores, sorted; raw_diff: the same on raw pixels, no shift search
-    np.testing.assert_array_equal(select(video, "variation", 4), np.sort(np.argsort(-s)[:4]))
+    pick = lambda rule: select_keyframes(video, rule, 4)
+    np.testing.assert_array_equal(pick("variation"), np.sort(np.argsort(-s)[:4]))
     raw = variation_scores(video / 255.0)
-    np.testing.assert_array_equal(select(video, "raw_diff", 4), np.sort(np.argsort(-raw)[:4]))
-    assert {10} & set(select(video, "raw_diff", 4).tolist())  # the camera jump wins raw change
+    np.testing.assert_array_equal(pick("raw_diff"), np.sort(np.argsort(-raw)[:4]))
+    assert {10} & set(pick("raw_diff").tolist())  # the camera jump wins raw change
     # inflection: both apexes (the flash's change in and out) kept, the rest by coverage
-    assert {17, 19} <= set(select(video, "inflection", 4).tolist())
+    assert {17, 19} <= set(select_keyframes(video, "inflection", 4).tolist())
     with pytest.raises(ValueError, match="selector"):
-        select(video, "oracle", 4)
+        select_keyframes(video, "oracle", 4)

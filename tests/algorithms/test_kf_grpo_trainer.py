@@ -22,7 +22,7 @@ from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.envs.vision import VideoQATask, uniform_frames, with_frames
 from jaxrl_suite.models import VisionConfig, VisionLM, VLMConfig
 from jaxrl_suite.sampling import LMRunner, repeat_each
-from jaxrl_suite.sampling.keyframes import saliency, saliency_mass, soft_topk
+from jaxrl_suite.sampling.keyframes import frame_saliency, saliency_mass, soft_topk
 
 G = 4
 
@@ -84,7 +84,8 @@ def test_kf_grpo_step_wires_the_reward():
         assert m.meta.video == u.meta.video == ex.meta.video
         assert u.meta.frames == tuple(uniform_frames(32, 4))
     base = np.array([[1.5, 0.5, 1.5, 0.5], [1.5] * 4])  # accuracy + 0.5 format
-    m1 = saliency_mass(saliency(examples[1].meta.video.render()), examples[1].meta.frames, 4)
+    m1 = saliency_mass(frame_saliency(examples[1].meta.video.render()),
+                       examples[1].meta.frames, 4)
     # prompt 0: p 0.5 < q = max(0, 1) + 1/8, no bonus; prompt 1: p 1 >= max(0, 0) + 1/8
     want = base + np.array([[0.0] * 4, [0.3 * m1] * 4])
     rewards, advantages = stub.seen
