@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
     keyed = tad.examples("test", 0, a.batch)
     select_s = (time.perf_counter() - t0) / a.batch
     every = base.with_frames("all").examples("test", 0, a.batch)
-    rules = {"k": (keyed, 192, tad), "all": (every, 500, base.with_frames("all"))}
+    rules = {"k": (keyed, 200, tad), "all": (every, 504, base.with_frames("all"))}
     runners, prompt_tokens = {}, {}
     for name, (examples, plen, task) in rules.items():
         sampler = KVCacheSampler(model, max_new_tokens=a.new_tokens, eos_id=-1,

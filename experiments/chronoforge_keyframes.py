@@ -68,9 +68,9 @@ class VariantsConfig:
 @dataclasses.dataclass(frozen=True)
 class Config:
     k: core.Count = 4  # the frame budget of every selector
-    task: kit.TaskConfig = kit.TaskConfig(name="video_qa", prompt_len=192)
-    all_prompt_len: core.Count = 500  # the all-frames bound's prompts (32 frames)
-    model: VisionModelConfig = VisionModelConfig(max_len=544)  # all frames: 500 + 34 tokens
+    task: kit.TaskConfig = kit.TaskConfig(name="video_qa", prompt_len=200)
+    all_prompt_len: core.Count = 504  # the all-frames bound's prompts (32 frames)
+    model: VisionModelConfig = VisionModelConfig(max_len=544)  # all frames: 504 + 34 tokens
     sft: kit.SFTConfig = kit.SFTConfig(steps=600, batch_size=32)
     selector: SelectorConfig = SelectorConfig()
     grpo: kit.GRPOConfig = kit.GRPOConfig(group_size=8, prompts_per_step=16, max_new_tokens=34)

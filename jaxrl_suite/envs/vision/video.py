@@ -75,7 +75,10 @@ from jaxrl_suite.rewards.r1zero import r1zero_accuracy
 
 FAMILIES = ("content", "order", "count", "static")
 EVENT_KINDS = ("flash", "appear", "vanish", "jump")
-VERBS = {"flash": "flashed", "appear": "appeared", "vanish": "vanished", "jump": "jumped"}
+VERBS = {"flash": "flashed white", "appear": "appeared", "vanish": "vanished",
+         "jump": "jumped"}
+ORDER_KINDS = ("flash", "appear", "vanish")  # the events an order question asks about
+FLASH = "white"  # the flash of count and order questions; no object is white
 SELECTORS = ("uniform", "oracle", "all", "sft")  # built in; others: `VideoQATask.with_selector`
 SUB = 4  # supersampling factor of the renderer (quarter pixels)
 BACKGROUND = 40  # gray level of the background
@@ -253,15 +256,17 @@ def _draw_video(rng: np.random.Generator, n_objects: int, frames: int, size: int
 
 
 def _event(rng: np.random.Generator, kind: str, video: Video, obj: int, t: int,
-           duration: int = 1) -> Event:
-    """An event of `kind` on object `obj` at frame t: a flash to a colour no object of the
-    video has, a jump of 4 or 5 px along one axis towards the centre (so it stays in the
+           duration: int = 1, colour: str | None = None) -> Event:
+    """An event of `kind` on object `obj` at frame t: a flash to `colour` (default: an object
+    colour no object of the video has, never white: white is the count and order questions'
+    flash), a jump of 4 or 5 px along one axis towards the centre (so it stays in the
     picture)."""
     o = video.objects[obj]
     if kind == "flash":
-        used = {x.colour for x in video.objects}
-        free = [c for c in OBJECT_COLOURS if c not in used]
-        return Event("flash", obj, t, duration, free[int(rng.integers(len(free)))])
+        if colour is None:
+            free = [c for c in OBJECT_COLOURS if c not in {x.colour for x in video.objects}]
+            colour = free[int(rng.integers(len(free)))]
+        return Event("flash", obj, t, duration, colour)
     if kind == "jump":
         axis, d = int(rng.integers(2)), int(rng.integers(4, 6))
         d = d if (o.x, o.y)[axis] < SUB * video.size // 2 else -d
@@ -294,9 +299,17 @@ def _distractor(rng: np.random.Generator, video: Video, busy: Sequence[int], avo
     return [_event(rng, kind, video, i, ok[int(rng.integers(len(ok)))])]
 
 
-def _colour_options(rng: np.random.Generator, answer: str, also: str) -> tuple[str, ...]:
-    rest = [c for c in OBJECT_COLOURS if c not in (answer, also)]
-    options = [answer, also, rest[int(rng.integers(len(rest)))]]
+def _unseen_options(rng: np.random.Generator, answer: str, video: Video,
+                    events: Sequence[Event]) -> tuple[str, ...] | None:
+    """Three colour options in a random order: `answer` and two colours that no frame of the
+    video shows (neither an object's nor a flash's), so that seeing the answer's colour in a
+    chosen frame answers the question; None if fewer than two colours are unseen."""
+    shown = {o.colour for o in video.objects} | {e.colour for e in events if e.kind == "flash"}
+    unseen = [c for c in (*OBJECT_COLOURS, FLASH) if c not in shown and c != answer]
+    if len(unseen) < 2:
+        return None
+    picked = rng.choice(len(unseen), size=2, replace=False)
+    options = [answer, *(unseen[int(i)] for i in picked)]
     return tuple(options[int(i)] for i in rng.permutation(3))
 
 
@@ -309,18 +322,18 @@ def _ask(rng: np.random.Generator, family: str, video: Video):
         (t,) = _times(rng, 1, video.frames)
         e = _event(rng, "flash", video, target, t, duration=int(rng.integers(1, 3)))
         events = [e, *_distractor(rng, video, [target], [t])]
-        return (events, f"What colour did the {o.shape} flash?",
-                _colour_options(rng, e.colour, o.colour), e.colour, (e.frames,))
+        options = _unseen_options(rng, e.colour, video, events)
+        return None if options is None else (events, f"What colour did the {o.shape} flash?",
+                                             options, e.colour, (e.frames,))
     if family == "count":
         k = int(rng.integers(1, 4))
         times = _times(rng, k, video.frames)
         if times is None:
             return None
-        colour = _event(rng, "flash", video, target, 0).colour
-        flashes = [Event("flash", target, t, 1, colour) for t in times]
+        flashes = [Event("flash", target, t, 1, FLASH) for t in times]
         events = [*flashes, *_distractor(rng, video, [target], times)]
-        return (events, f"How many times did the {o.shape} flash?", ("1", "2", "3"), str(k),
-                tuple(e.frames for e in flashes))
+        return (events, f"How many times did the {o.shape} flash {FLASH}?", ("1", "2", "3"),
+                str(k), tuple(e.frames for e in flashes))
     if family == "order":
         if n < 2:
             return None
@@ -328,8 +341,8 @@ def _ask(rng: np.random.Generator, family: str, video: Video):
         times = _times(rng, 2, video.frames)
         if rng.integers(2):  # either object's event may come first
             times = times[::-1]
-        kinds = rng.choice(len(EVENT_KINDS), size=2)
-        ea, eb = (_event(rng, EVENT_KINDS[int(kd)], video, i, t)
+        kinds = rng.choice(len(ORDER_KINDS), size=2)
+        ea, eb = (_event(rng, ORDER_KINDS[int(kd)], video, i, t, colour=FLASH)
                   for kd, i, t in zip(kinds, (a, b), times, strict=True))
         events = [ea, eb, *_distractor(rng, video, [a, b], times)]
         first = objs[a] if ea.t < eb.t else objs[b]
@@ -339,10 +352,9 @@ def _ask(rng: np.random.Generator, family: str, video: Video):
         return (events, f"Which happened first: {pa} or {pb}?", options, first.name,
                 (ea.frames, eb.frames))
     events = _distractor(rng, video, [target], [])  # static: the target never changes
-    colours = [c for c in OBJECT_COLOURS if c != o.colour]
-    return (events, f"What colour is the {o.shape}?",
-            _colour_options(rng, o.colour, colours[int(rng.integers(len(colours)))]), o.colour,
-            ())
+    options = _unseen_options(rng, o.colour, video, events)
+    return None if options is None else (events, f"What colour is the {o.shape}?", options,
+                                         o.colour, ())
 
 
 # ---- frame selection ----

@@ -94,6 +94,8 @@ def _answer(family: str, video: Video, question: str, options) -> str:
     if family in ("content", "count"):
         i, _ = named[re.search(r"the (\w+) flash", question).group(1)]
         flashes = [e for e in video.events if e.obj == i and e.kind == "flash"]
+        if family == "count":
+            assert all(e.colour == "white" for e in flashes)
         return flashes[0].colour if family == "content" else str(len(flashes))
     a, b = options
     first = {}
@@ -121,6 +123,11 @@ def test_questions_match_their_videos(draws):
             assert evidence == ()
         for e in video.events:  # a flash shows a colour no object has
             assert e.kind != "flash" or e.colour not in {o.colour for o in video.objects}
+        if family in ("content", "static"):  # the other options: colours no frame shows
+            shown = {o.colour for o in video.objects} | {e.colour for e in video.events}
+            assert not (set(options) - {answer}) & shown
+        if family == "order":
+            assert {e.kind for e in video.events[:2]} <= {"flash", "appear", "vanish"}
     assert seen == set(FAMILIES)
     # order questions: the first-named event comes first in about half of them (no text cue)
     firsts = [a == re.search(r"first: the (\w+ \w+)", q).group(1) for i, (_, q, _, a, _, _)
