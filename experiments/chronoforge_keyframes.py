@@ -80,6 +80,7 @@ class Config:
     run: kit.RunConfig = kit.RunConfig(seeds=(0, 1, 2))
 
     def __post_init__(self):
+        core.check_fields(self)  # k, all_prompt_len
         if self.task.name != "video_qa":
             raise ValueError(f"task.name must be 'video_qa', got {self.task.name!r}")
         if self.eval.num_examples % 4 or (self.eval.sampled_examples or 0) % 4:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,7 @@ import numpy as np
 import optax
 
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState
-from jaxrl_suite.core.config import Count, NonNegative, Positive, check_fields
+from jaxrl_suite.core.config import Count, NonNegative, Positive, Range, check_fields
 from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
 from jaxrl_suite.envs.text import Example
 from jaxrl_suite.envs.vision.video import Video, shuffled, uniform_frames, with_frames
@@ -58,7 +59,7 @@ class KFGRPOConfig:
     contrast_group: Count = 4  # rollouts per prompt and view (Video-R1: G / 2)
     bonus: NonNegative = 0.3  # the bonus of a correct ordered rollout (Video-R1's 0.3)
     ratio: Positive = 1.0  # gate: p >= ratio * q + margin (T-GRPO: 0.8, 0)
-    margin: float = 0.125
+    margin: Annotated[float, Range(ge=-1.0, le=1.0)] = 0.125  # accuracies lie in [0, 1]
     saliency: bool = True  # scale the bonus by the chosen frames' saliency mass (False: 1)
 
     def __post_init__(self):
