@@ -114,26 +114,28 @@ def run(cfg: Config, opts: RunOptions) -> dict:
                   for s in kf.KEYFRAME_SELECTORS}, learned=task().with_selector(sel.select(scorer)))
     held = {s: t.examples("test", 0, e.num_examples) for s, t in tasks.items()}
 
-    def accuracy(params, examples, trainer=runner, prefix="") -> dict:
-        """Greedy and sampled held-out accuracy, overall and per family."""
+    def accuracy(params, examples, trainer=runner, prefix="", sampled=True) -> dict:
+        """Greedy (and with `sampled`, sampled) held-out accuracy, overall and per family."""
         texts, _ = trainer.complete(params, examples, batch_size=e.batch_size)
-        some = examples[: e.sampled_examples]
-        sampled, _ = trainer.complete(params, some, batch_size=e.batch_size,
-                                      rng=study.sampled_key, temperature=g.temperature)
-        fam = [x.meta.family for x in examples]
-        v, s = trainer.task.verify_batch(texts, examples), trainer.task.verify_batch(sampled, some)
-        return {f"{prefix}greedy_accuracy": float(np.mean(v.scores)),
-                f"{prefix}sampled_accuracy": float(np.mean(s.scores)),
-                **{f"{prefix}acc_{f}": x for f, x in accuracy_by(fam, v.scores).items()},
-                **{f"{prefix}sampled_{f}": x for f, x in accuracy_by(fam, s.scores).items()}}
+        runs = [("", examples, trainer.task.verify_batch(texts, examples).scores)]
+        if sampled:
+            some = examples[: e.sampled_examples]
+            drawn, _ = trainer.complete(params, some, batch_size=e.batch_size,
+                                        rng=study.sampled_key, temperature=g.temperature)
+            runs.append(("sampled_", some, trainer.task.verify_batch(drawn, some).scores))
+        return {k: v for name, ex, scores in runs for k, v in (
+            (f"{prefix}{name or 'greedy_'}accuracy", float(np.mean(scores))),
+            *((f"{prefix}{name or 'acc_'}{f}", x) for f, x in accuracy_by(
+                [x.meta.family for x in ex], scores).items()))}
 
     def evaluate(params, selector: str) -> dict:
         """`accuracy` on the selector's frames; the order gap (ordered minus shuffled frames,
         order questions) and the content gap (own minus uniform frames), same policy."""
         own = accuracy(params, held[selector])
         rng = np.random.default_rng(cfg.run.seeds[0] + 11)
-        mixed = accuracy(params, [vq.shuffled(x, rng) for x in held[selector]], prefix="s_")
-        uni = accuracy(params, held["uniform"], prefix="u_")
+        mixed = accuracy(params, [vq.shuffled(x, rng) for x in held[selector]], prefix="s_",
+                         sampled=False)  # the gaps are greedy: no sampled completions here
+        uni = accuracy(params, held["uniform"], prefix="u_", sampled=False)
         return {**own, "shuffled_order": mixed["s_acc_order"],
                 "order_gap": own["acc_order"] - mixed["s_acc_order"],
                 "uniform_accuracy": uni["u_greedy_accuracy"],
