@@ -51,6 +51,11 @@ KEYS = (*ACC, "order_gap", "content_gap", "shuffled_order", "uniform_accuracy")
 # the oracle's frames exceeds that with uniform frames by >= 0.05
 START_RULE = {"min_nondegenerate": 0.25, "accuracy_band": (0.05, 0.95),
               "min_reads_events": 0.05, "on": ("tad", "oracle", "uniform")}
+# The SFT's length (docs/chronoforge.md, fixed before any RL run on it): every
+# variants.start_every steps the rule is applied to other training questions (from STOP_START),
+# and the SFT stops at the first pass (at most sft.steps steps); the rule itself is then applied
+# afresh on its own questions, so a lucky stopping check does not pass the start
+STOP_START = VALIDATION_START + 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,7 @@ class VariantsConfig:
     names: tuple[str, ...] = tuple(VARIANTS)
     check_examples: core.Count = 32  # TRAINING questions of the start rule
     negated_steps: core.NonNegativeInt = 20  # the negated-advantage control (tad_grpo, seed 0)
+    start_every: core.NonNegativeInt = 0  # SFT stops at the first passing check (0: sft.steps)
     continued_sft: bool = True  # the control: the SFT continued for grpo.steps more steps
 
     def __post_init__(self):
@@ -94,7 +100,33 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     study = kit.LMStudy(NAME, cfg, opts, variants=names, task=task("sft"))
     runner = study.lm_trainer(task())  # every k-frame prompt: one compiled program
     wide = study.lm_trainer(task("all"), prompt_len=cfg.all_prompt_len)
-    sft = study.shared_sft()  # (1) SFT on the evidence frames plus random ones
+    tasks = {s: task(s) for s in vq.SELECTORS if s != "sft"}
+    tasks.update({s: task().with_selector(lambda v, s=s: kf.select_keyframes(v.render(), s, k), s)
+                  for s in kf.KEYFRAME_SELECTORS})
+
+    def rule(params, first: int) -> dict:
+        """START_RULE on variants.check_examples training questions from index `first`."""
+        check = {s: study.group_check(runner.with_task(tasks[s]), params, tasks[s].examples(
+            "train", first, cfg.variants.check_examples)) for s in START_RULE["on"]}
+        lo, hi = START_RULE["accuracy_band"]
+        reads = check["oracle"]["sampled_accuracy"] - check["uniform"]["sampled_accuracy"]
+        return {"training": check["tad"], "training_by_frames": check, "reads_events": reads,
+                "start_passes": bool(
+                    check["tad"]["nondegenerate_share"] >= START_RULE["min_nondegenerate"]
+                    and lo <= check["tad"]["sampled_accuracy"] <= hi
+                    and reads >= START_RULE["min_reads_events"])}
+
+    def until_start(n: int, state) -> dict:  # the SFT's stopping check (variants.start_every)
+        if n % cfg.variants.start_every:
+            return {}
+        r = rule(state.params, STOP_START)
+        return {"check_sampled": r["training"]["sampled_accuracy"],
+                "check_nondegenerate": r["training"]["nondegenerate_share"],
+                "check_reads_events": r["reads_events"], "check_passes": r["start_passes"],
+                "stop": r["start_passes"]}
+
+    # (1) SFT on the evidence frames plus random ones, until the start passes its check
+    sft = study.shared_sft(callback=until_start if cfg.variants.start_every else None)
     params = sft.params
 
     # (2) the learned selector on the frozen SFT model, trained on training questions
@@ -109,9 +141,7 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     fitted = study.cached(opts.out_dir / "selector.json", fit_selector)
     scorer = jax.tree.map(lambda x: np.asarray(x, np.float32), fitted["scorer"],
                           is_leaf=lambda x: isinstance(x, list))
-    tasks = {s: task(s) for s in vq.SELECTORS if s != "sft"}
-    tasks.update({s: task().with_selector(lambda v, s=s: kf.select_keyframes(v.render(), s, k), s)
-                  for s in kf.KEYFRAME_SELECTORS}, learned=task().with_selector(sel.select(scorer)))
+    tasks["learned"] = task().with_selector(sel.select(scorer))
     held = {s: t.examples("test", 0, e.num_examples) for s, t in tasks.items()}
 
     def accuracy(params, examples, trainer=runner, prefix="", sampled=True) -> dict:
@@ -145,16 +175,9 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         out = {s: accuracy(params, held[s], wide if s == "all" else runner) for s in SELECTORS}
         recall = {s: float(np.mean([r for x in held[s] if (r := vq.event_recall(
             x.meta.frames, x.meta.evidence)) is not None])) for s in SELECTORS}
-        check = {s: study.group_check(runner.with_task(tasks[s]), params, tasks[s].examples(
-            "train", VALIDATION_START, cfg.variants.check_examples)) for s in START_RULE["on"]}
-        lo, hi = START_RULE["accuracy_band"]
-        reads = check["oracle"]["sampled_accuracy"] - check["uniform"]["sampled_accuracy"]
-        return {"selectors": out, "event_recall": recall, "training": check["tad"],
-                "training_by_frames": check, "reads_events": reads, "rule": START_RULE,
-                "start_passes": bool(
-                    check["tad"]["nondegenerate_share"] >= START_RULE["min_nondegenerate"]
-                    and lo <= check["tad"]["sampled_accuracy"] <= hi
-                    and reads >= START_RULE["min_reads_events"]), **evaluate(params, "tad")}
+        return {"selectors": out, "event_recall": recall, "rule": START_RULE,
+                "sft_steps": int(sft.step), **rule(params, VALIDATION_START),
+                **evaluate(params, "tad")}
 
     start = study.cached(opts.out_dir / "start.json", start_eval)
     core.print0(f"[{NAME}] start: {core.format_numbers(start['training'])}; event recall "

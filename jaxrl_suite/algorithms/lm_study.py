@@ -525,10 +525,12 @@ class LMStudy(Study):
                             tensorboard=self.opts.tensorboard, wandb=self.opts.wandb)
 
     def sft(self, seed: int, *, checkpoint_dir: Path, logger: MetricsLogger,
-            task: Task | None = None, params=None, trainer: SFTTrainer | None = None):
+            task: Task | None = None, params=None, trainer: SFTTrainer | None = None,
+            callback: Callable[[int, Any], dict] | None = None):
         """The SFT stage from `params` (default: `seed`'s initial params); returns the final
         SFT state. `trainer` runs it instead of a new `sft_trainer(task)`: e.g. one shared
-        trainer's `with_task(task)` for several data mixes, which compiles its step once."""
+        trainer's `with_task(task)` for several data mixes, which compiles its step once.
+        `callback(n, state)` replaces `early_stop`'s (its "stop" ends the stage, resumably)."""
         if trainer is not None and task is not None:
             raise ValueError("sft: pass the task in the trainer (trainer.with_task(task))")
         sft = self.sft_trainer(task) if trainer is None else trainer
@@ -536,7 +538,7 @@ class LMStudy(Study):
                               lm_keys(seed).sft)
         return self.fit(sft, init, stage="sft", num_steps=self.cfg.sft.steps,
                         checkpoint_dir=checkpoint_dir, logger=logger,
-                        callback=self.early_stop(sft))
+                        callback=self.early_stop(sft) if callback is None else callback)
 
     def answer_loss(self, trainer, params) -> dict[str, float]:
         """The teacher-forced NLL (nats) of each answer character of the held-out problems,
@@ -608,16 +610,17 @@ class LMStudy(Study):
 
         return callback
 
-    def shared_sft(self, task: Task | None = None, params=None, *, name: str = "sft"):
+    def shared_sft(self, task: Task | None = None, params=None, *, name: str = "sft",
+                   callback: Callable[[int, Any], dict] | None = None):
         """One SFT checkpoint (checkpoints/NAME) that every run starts from, trained from the
         first seed (from `params` if given, e.g. another model's weights). Logged to the study's
         metrics.jsonl, or to runs/NAME/metrics.jsonl for another `name` (a sibling study's SFT
-        in the same output directory)."""
+        in the same output directory). `callback`: `sft`'s."""
         ckpt = self.out_dir / "checkpoints" / name
         log_dir = self.out_dir if name == "sft" else self.run_dir(name)
         with self.log(log_dir, [(ckpt, 0)]) as logger:
             return self.sft(self.start_seed, checkpoint_dir=ckpt, logger=logger, task=task,
-                            params=params)
+                            params=params, callback=callback)
 
     def episode_sft(self, runner, demos, *, name: str, task: Task | None = None):
         """One SFT checkpoint on expert episodes (`algorithms.agent.EpisodeSFT` over `runner`'s

@@ -48,6 +48,14 @@ def test_summary_structure_and_gaps(smoke):
     assert set(by) == {"tad", "oracle", "uniform"} and by["tad"] == start["training"]
     assert start["reads_events"] == pytest.approx(by["oracle"]["sampled_accuracy"]
                                                   - by["uniform"]["sampled_accuracy"])
+    checks = [r for r in read_metrics(out / "metrics.jsonl")  # the SFT's stopping checks
+              if r.get("stage") == "sft" and "check_passes" in r]
+    assert [r["step"] for r in checks] == list(range(1, len(checks) + 1))
+    for r in checks:  # each check is START_RULE on its own numbers
+        assert r["check_passes"] == (r["check_nondegenerate"] >= 0.25 and r["check_reads_events"]
+                                     >= 0.05 and 0.05 <= r["check_sampled"] <= 0.95)
+    passed = [r["step"] for r in checks if r["check_passes"]]
+    assert start["sft_steps"] == len(checks) == (passed[0] if passed else 2)
     selector = json.loads((out / "selector.json").read_text())
     assert len(selector["losses"]) == 2 and np.isfinite(selector["losses"]).all()
     for png in PNGS:
