@@ -374,7 +374,8 @@ class GRPOTrainer(LMTrainer):
         processes are gathered, so `rewards` and `info` describe the whole global batch.
         `group_size` overrides G (e.g. 1 for the later turns of a multi-turn episode) and `key`
         the sampling key (default: the state's RNG folded with its step).
-        Returns (SeqBatch [B*G rows], old_logp [B*G, N], rewards [B, G], info).
+        Returns (SeqBatch [B*G rows], old_logp [B*G, N], rewards [B, G], info); info's
+        `correct` [B, G] is each rollout's verdict (1.0 when the verifier scores it 1).
         """
         c = self.config
         g = c.group_size if group_size is None else group_size
@@ -401,7 +402,7 @@ class GRPOTrainer(LMTrainer):
         rewards = per_row[:, 0].reshape(len(examples), g)
         seq = SeqBatch(prompt, prompt_mask, out.tokens, out.mask, images=images)
         info = {"accuracy": float(per_row[:, 1].mean()), "length": float(per_row[:, 2].mean()),
-                "tokens": int(per_row[:, 2].sum())}
+                "tokens": int(per_row[:, 2].sum()), "correct": per_row[:, 1].reshape(rewards.shape)}
         if jax.process_count() == 1:  # this process's rows (the whole batch on one host)
             info.update(verdict_metrics(verdicts))
         return seq, out.logprobs, rewards, info

@@ -31,7 +31,7 @@ import optax
 
 from jaxrl_suite.algorithms.grpo import GRPOTrainer, GRPOTrainState
 from jaxrl_suite.core.config import Count, NonNegative, Positive, Range, check_fields
-from jaxrl_suite.core.parallel import gather_rows, host_local, process_rows, shard_batch
+from jaxrl_suite.core.parallel import shard_batch
 from jaxrl_suite.envs.text import Example
 from jaxrl_suite.envs.vision.video import Video, shuffled, uniform_frames, with_frames
 from jaxrl_suite.losses import token_logprobs
@@ -46,7 +46,7 @@ from jaxrl_suite.sampling.keyframes import (
     scorer_features,
     soft_topk,
 )
-from jaxrl_suite.sampling.runner import LMRunner, repeat_each
+from jaxrl_suite.sampling.runner import LMRunner
 
 VIEWS = ("shuffled", "uniform")
 
@@ -96,32 +96,23 @@ class KFGRPOTrainer:
     def batch(self, cursor: int) -> list[Example]:
         return self.grpo.batch(cursor)
 
-    def correctness(self, seq, examples: Sequence[Example], g: int) -> np.ndarray:
-        """[B, g]: the verifier's score of each rollout row (rows of `repeat_each(examples,
-        g)`), every process's rows gathered."""
-        grpo, rows = self.grpo, process_rows(len(examples))
-        texts = grpo.tokenizer.decode_batch(host_local(seq.completion),
-                                            host_local(seq.completion_mask))
-        scores = grpo.task.verify_batch(texts, repeat_each(examples[rows], g)).scores
-        return gather_rows(np.asarray(scores, np.float32)).reshape(len(examples), g)
-
     def step(self, state: GRPOTrainState, examples: Sequence[Example]):
-        grpo, c, g = self.grpo, self.config, self.grpo.config.group_size
+        grpo, c = self.grpo, self.config
         t0 = time.perf_counter()
         grpo.use_sampler_state(state)
         key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         seq, old_logp, rewards, info = grpo.rollout(state, examples, key=jax.random.fold_in(
             key, 0))
-        correct = self.correctness(seq, examples, g)
+        correct = info.pop("correct")
         t_contrast = time.perf_counter()
         rng = np.random.default_rng([int(jax.random.randint(jax.random.fold_in(key, 99), (), 0,
                                                             2**31 - 1))])
         contrasts, tokens = {}, 0
         for j, view in enumerate(c.views):
             shown = contrast_view(view, examples, rng)
-            vseq, _, _, vinfo = grpo.rollout(state, shown, group_size=c.contrast_group,
-                                             key=jax.random.fold_in(key, 1 + j))
-            contrasts[view] = self.correctness(vseq, shown, c.contrast_group)
+            _, _, _, vinfo = grpo.rollout(state, shown, group_size=c.contrast_group,
+                                          key=jax.random.fold_in(key, 1 + j))
+            contrasts[view] = vinfo["correct"]
             tokens += vinfo["tokens"]
         t_contrast = time.perf_counter() - t_contrast
         m = np.array([saliency_mass(frame_saliency(e.meta.video.render()), e.meta.frames,

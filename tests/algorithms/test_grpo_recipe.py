@@ -20,6 +20,7 @@ from jaxrl_suite.envs.text import ArithmeticTask
 from jaxrl_suite.envs.text.tokenizer import load_tokenizer
 from jaxrl_suite.models import CausalLM, LMConfig
 from jaxrl_suite.models.sequence import SeqBatch
+from jaxrl_suite.sampling import repeat_each
 
 B, G, N = 3, 4, 5  # prompts per step, group size, completion tokens
 CFG = GRPOConfig(prompts_per_step=B, group_size=G, max_new_tokens=N, lr=1e-2,
@@ -151,6 +152,10 @@ def test_carried_adam_moments_equal_the_sft_ones_and_the_schedule_restarts(setup
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # the warm-up schedule's count is GRPO's own: its first update has lr 0
     seq, old_logp, rewards, info = trainer.rollout(state, trainer.batch(0))
+    texts = trainer.tokenizer.decode_batch(np.asarray(seq.completion),
+                                           np.asarray(seq.completion_mask))
+    scores = trainer.task.verify_batch(texts, repeat_each(trainer.batch(0), G)).scores
+    np.testing.assert_array_equal(info["correct"], (np.array(scores) == 1.0).reshape(B, G))
     _, m = trainer.update(state, seq, old_logp, rewards, info,
                           advantages=np.linspace(-1.0, 1.0, B * G))
     assert m["update_norm"] == 0.0 and m["grad_norm"] > 0

@@ -34,7 +34,7 @@ class StubGRPO:
     config = SimpleNamespace(group_size=G, dynamic_sampling=False)
 
     def __init__(self, task):
-        self.task, self.tokenizer, self.texts, self.calls = task, self, [], []
+        self.task, self.calls = task, []
 
     def use_sampler_state(self, state):
         pass
@@ -53,14 +53,11 @@ class StubGRPO:
             else:
                 right = p == 1 or j % 2 == 0
             texts.append(f"<answer>{ex.answer if right else 'none'}</answer>")
-        ids = jnp.arange(len(self.texts), len(self.texts) + len(rows))[:, None]
-        self.texts += texts
-        rewards = np.array(self.task.verify_batch(texts, rows).rewards).reshape(-1, g)
-        seq = SimpleNamespace(completion=ids, completion_mask=jnp.ones_like(ids))
-        return seq, None, rewards, {"tokens": len(rows), "accuracy": 0.0, "length": 1.0}
-
-    def decode_batch(self, ids, mask):
-        return [self.texts[int(i)] for i in np.asarray(ids)[:, 0]]
+        v = self.task.verify_batch(texts, rows)
+        rewards = np.array(v.rewards).reshape(-1, g)
+        correct = (np.array(v.scores) == 1.0).reshape(-1, g)
+        info = {"tokens": len(rows), "accuracy": 0.0, "length": 1.0, "correct": correct}
+        return SimpleNamespace(), None, rewards, info
 
     def group_advantages(self, rewards):
         return (rewards - rewards.mean(axis=1, keepdims=True)).reshape(-1)
