@@ -61,6 +61,10 @@ class VisionTask(Task):
             raise RuntimeError(f"{self!r}: no example in this draw")
         return ex
 
+    def _split_key(self, scenes) -> str:
+        """The text whose hash puts a draw of `_draw_scenes` in a split (the scenes')."""
+        return scenes_key(scenes)
+
     def _problem_key(self, ex: Example) -> str:
         return scenes_key(ex.meta.scenes)
 
@@ -75,7 +79,7 @@ class VisionTask(Task):
             scenes = self._draw_scenes(rng, split, index)
             if scenes is None:
                 continue
-            if (stable_hash(scenes_key(scenes)) % TEST_BUCKETS == 0) != (split == "test"):
+            if (stable_hash(self._split_key(scenes)) % TEST_BUCKETS == 0) != (split == "test"):
                 continue
             ex = self._build(rng, scenes, split, index)
             if ex is not None:

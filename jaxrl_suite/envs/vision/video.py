@@ -62,13 +62,10 @@ import numpy as np
 
 from jaxrl_suite.envs.text.base import (
     TASKS,
-    TEST_BUCKETS,
     Example,
     Verdicts,
-    split_index,
-    stable_hash,
 )
-from jaxrl_suite.envs.vision.base import IMAGE_MARKER, MAX_DRAWS, VisionTask, options_text
+from jaxrl_suite.envs.vision.base import IMAGE_MARKER, VisionTask, options_text
 from jaxrl_suite.envs.vision.scene import OBJECT_COLOURS, PALETTE, SHAPES, shape_mask
 from jaxrl_suite.rewards.format import answer_tags, format_reward
 from jaxrl_suite.rewards.r1zero import r1zero_accuracy
@@ -450,46 +447,34 @@ class VideoQATask(VisionTask):
         scorer's hard top-k); `name` is recorded as `frames`."""
         return dataclasses.replace(self, frames=name, selector_fn=fn)
 
-    # ---- generation ----
-    def _draw_scenes(self, rng, split, index):  # the video: see `example`
-        raise NotImplementedError
+    # ---- generation (`VisionTask.example`: draw, split by the video's hash, then build) ----
+    def _draw_scenes(self, rng, split, index):
+        """(video, question, options, answer, evidence) of example `index`, or None: the draw
+        that the split is decided on. Frame selection does not enter, so every selector sees
+        the same videos."""
+        base = _draw_video(rng, int(rng.integers(self.objects[0], self.objects[1] + 1)),
+                           self.num_frames, self.size)
+        made = _ask(rng, self.family(index), base)
+        if made is None:
+            return None
+        events, question, options, answer, evidence = made
+        return (dataclasses.replace(base, events=tuple(events)), question, options, answer,
+                tuple(evidence))
 
-    def _build(self, rng, scenes, split, index):
-        raise NotImplementedError
+    def _split_key(self, drawn) -> str:
+        return drawn[0].key  # the video's spec
 
-    def draw(self, split: str, index: int) -> tuple[Video, str, tuple[str, ...], str,
-                                                     tuple[int, ...], np.random.Generator]:
-        """(video, question, options, answer, evidence, rng) of example `index` of `split`: a
-        pure function of (params, seed, split, index); the video lies in `split` by the hash
-        of its spec. Frame selection does not enter, so every selector sees the same videos."""
-        split_id = split_index(split)
-        if index < 0:
-            raise ValueError(f"index must be >= 0, got {index}")
-        family = self.family(index)
-        for attempt in range(MAX_DRAWS):
-            rng = np.random.default_rng([self.seed, split_id, index, attempt])
-            base = _draw_video(rng, int(rng.integers(self.objects[0], self.objects[1] + 1)),
-                               self.num_frames, self.size)
-            made = _ask(rng, family, base)
-            if made is None:
-                continue
-            events, question, options, answer, evidence = made
-            video = dataclasses.replace(base, events=tuple(events))
-            if (stable_hash(video.key) % TEST_BUCKETS == 0) == (split == "test"):
-                return video, question, options, answer, tuple(evidence), rng
-        raise RuntimeError(f"{self!r}: no {split!r} example found in {MAX_DRAWS} draws")
-
-    def example(self, split: str, index: int) -> Example:
-        video, question, options, answer, evidence, rng = self.draw(split, index)
-        family = self.family(index)
+    def _build(self, rng, drawn, split, index):
+        """The example on the frames that `frames` (or `selector_fn`) chooses."""
+        video, question, options, answer, evidence = drawn
         if self.selector_fn is not None:
             chosen = tuple(sorted(int(t) for t in self.selector_fn(video)))
         else:
             chosen = select_frames(video, self.frames, self.k, evidence=evidence, rng=rng)
         prompt = (IMAGE_MARKER * len(chosen) + f"User: {question} Options: "
                   f"{options_text(options, False)}\nAssistant:")
-        meta = VideoMeta(tuple(VideoFrame(video, t) for t in chosen), video, family, question,
-                         options, evidence)
+        meta = VideoMeta(tuple(VideoFrame(video, t) for t in chosen), video, self.family(index),
+                         question, options, evidence)
         return Example(prompt, answer, meta)
 
     def _problem_key(self, ex: Example) -> str:

@@ -31,8 +31,10 @@ N = 400
 
 @pytest.fixture(scope="module")
 def draws():
-    task = VideoQATask()
-    return task, [task.draw("train", i) for i in range(N)]
+    task = VideoQATask()  # (video, question, options, answer, evidence, an rng) per example
+    return task, [(m.video, m.question, m.options, e.answer, m.evidence,
+                   np.random.default_rng(i)) for i in range(N)
+                  for e in [task.example("train", i)] for m in [e.meta]]
 
 
 def test_render_a_square_by_hand():
