@@ -55,6 +55,7 @@ Prompts are answer-only ("direct"): "<image>...<image>User: <question> Options: 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
@@ -192,8 +193,19 @@ class Video:
         return np.clip(img, 0, 255).astype(np.uint8)
 
     def render(self) -> np.ndarray:
-        """uint8 [frames, size, size, 3]: every frame."""
-        return np.stack([self.render_frame(t) for t in range(self.frames)])
+        """uint8 [frames, size, size, 3]: every frame (read-only; the last RENDER_CACHE videos
+        are kept, so a step's selection and saliency render each video once)."""
+        return _rendered(self)
+
+
+RENDER_CACHE = 256  # videos: 256 x 55 KB at 32 frames of 24 x 24
+
+
+@functools.lru_cache(maxsize=RENDER_CACHE)
+def _rendered(video: Video) -> np.ndarray:
+    frames = np.stack([video.render_frame(t) for t in range(video.frames)])
+    frames.flags.writeable = False
+    return frames
 
 
 @dataclasses.dataclass(frozen=True)

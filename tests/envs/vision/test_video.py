@@ -50,6 +50,9 @@ def test_render_a_square_by_hand():
     np.testing.assert_array_equal(img[9:15, 15], [[cover(1, c) for c in red]] * 6)
     assert (img[:9] == BACKGROUND).all() and (img[15:] == BACKGROUND).all()
     np.testing.assert_array_equal(v.render_frame(1), v.render_frame(0))  # nothing moves
+    whole = v.render()  # every frame, rendered once and kept read-only
+    np.testing.assert_array_equal(whole, np.stack([v.render_frame(0), v.render_frame(1)]))
+    assert v.render() is whole and not whole.flags.writeable
 
 
 def test_events_and_distractors_in_the_pixels():
