@@ -30,7 +30,6 @@ from jaxrl_suite.algorithms.kf_grpo import (
 from jaxrl_suite.algorithms.sft import VALIDATION_START
 from jaxrl_suite.core.experiment import Experiment, RunOptions
 from jaxrl_suite.core.metrics import read_metrics
-from jaxrl_suite.envs.vision import accuracy_by
 from jaxrl_suite.envs.vision import video as vq
 from jaxrl_suite.models.hf import VisionModelConfig
 from jaxrl_suite.sampling import keyframes as kf
@@ -144,32 +143,23 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     tasks["learned"] = task().with_selector(sel.select(scorer))
     held = {s: t.examples("test", 0, e.num_examples) for s, t in tasks.items()}
 
-    def accuracy(params, examples, trainer=runner, prefix="", sampled=True) -> dict:
+    def accuracy(params, examples, trainer=runner, sampled=True) -> dict:
         """Greedy (and with `sampled`, sampled) held-out accuracy, overall and per family."""
-        texts, _ = trainer.complete(params, examples, batch_size=e.batch_size)
-        runs = [("", examples, trainer.task.verify_batch(texts, examples).scores)]
-        if sampled:
-            some = examples[: e.sampled_examples]
-            drawn, _ = trainer.complete(params, some, batch_size=e.batch_size,
-                                        rng=study.sampled_key, temperature=g.temperature)
-            runs.append(("sampled_", some, trainer.task.verify_batch(drawn, some).scores))
-        return {k: v for name, ex, scores in runs for k, v in (
-            (f"{prefix}{name or 'greedy_'}accuracy", float(np.mean(scores))),
-            *((f"{prefix}{name or 'acc_'}{f}", x) for f, x in accuracy_by(
-                [x.meta.family for x in ex], scores).items()))}
+        return study.labelled_accuracy(trainer, params, examples, lambda x: x.meta.family,
+                                       sampled=sampled)[0]
 
     def evaluate(params, selector: str) -> dict:
         """`accuracy` on the selector's frames; the order gap (ordered minus shuffled frames,
         order questions) and the content gap (own minus uniform frames), same policy."""
         own = accuracy(params, held[selector])
         rng = np.random.default_rng(cfg.run.seeds[0] + 11)
-        mixed = accuracy(params, [vq.shuffled(x, rng) for x in held[selector]], prefix="s_",
+        mixed = accuracy(params, [vq.shuffled(x, rng) for x in held[selector]],
                          sampled=False)  # the gaps are greedy: no sampled completions here
-        uni = accuracy(params, held["uniform"], prefix="u_", sampled=False)
-        return {**own, "shuffled_order": mixed["s_acc_order"],
-                "order_gap": own["acc_order"] - mixed["s_acc_order"],
-                "uniform_accuracy": uni["u_greedy_accuracy"],
-                "content_gap": own["greedy_accuracy"] - uni["u_greedy_accuracy"]}
+        uni = accuracy(params, held["uniform"], sampled=False)
+        return {**own, "shuffled_order": mixed["acc_order"],
+                "order_gap": own["acc_order"] - mixed["acc_order"],
+                "uniform_accuracy": uni["greedy_accuracy"],
+                "content_gap": own["greedy_accuracy"] - uni["greedy_accuracy"]}
 
     def start_eval() -> dict:  # the SFT start under every selector, event recall, the rule
         out = {s: accuracy(params, held[s], wide if s == "all" else runner) for s in SELECTORS}

@@ -119,19 +119,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
 
     def evaluate(params, style: str) -> dict:
         """Held-out accuracy (total, per category; greedy and sampled), length, trace stats."""
-        examples, runner = held_out[style], runners[style]
-        texts, lengths = runner.complete(params, examples, batch_size=cfg.eval.batch_size)
-        scores = tasks[style].verify_batch(texts, examples).scores
-        cats = [e.meta.category for e in examples]
-        some = examples[: cfg.eval.sampled_examples]
-        sampled, _ = runner.complete(params, some, batch_size=cfg.eval.batch_size,
-                                     rng=study.sampled_key, temperature=g.temperature)
-        s_scores = tasks[style].verify_batch(sampled, some).scores
-        return {"greedy_accuracy": float(np.mean(scores)),
-                "sampled_accuracy": float(np.mean(s_scores)), "length": float(lengths.mean()),
-                **{f"acc_{c}": v for c, v in vision.accuracy_by(cats, scores).items()},
-                **{f"sampled_{c}": v for c, v in vision.accuracy_by(cats[: len(some)],
-                                                             s_scores).items()},
+        examples = held_out[style]
+        acc, (texts, lengths, _) = study.labelled_accuracy(runners[style], params, examples,
+                                                           lambda e: e.meta.category)
+        return {**acc, "length": float(lengths.mean()),
                 **vision.trace_stats(texts, examples, prompt_opens=style == "think"),
                 "examples": [{"prompt": e.prompt, "completion": t}
                              for e, t in zip(examples[:4], texts, strict=False)]}

@@ -120,19 +120,13 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     def evaluate(params) -> dict:
         """Held-out accuracy per column, per level and on average (greedy, sampled; every column
         alike, so a level's is the mean of its columns), greedy think rate and length per level."""
-        ex, some = study.held_out, study.held_out[: e.sampled_examples]
-        texts, lengths = runner.complete(params, ex, batch_size=e.batch_size)
-        sampled, _ = runner.complete(params, some, batch_size=e.batch_size,
-                                     rng=study.sampled_key, temperature=g.temperature)
-        v, s = general.verify_batch(texts, ex), general.verify_batch(sampled, some).scores
-        cols, levels = [x.meta.ability for x in ex], [f"L{x.meta.level}" for x in ex]
-        think = v.components["thinking"]
-        return {**{f"{k}_{x}": y for k, labels, values in (
-            ("acc", cols, v.scores), ("acc", levels, v.scores), ("sampled", cols, s),
-            ("sampled", levels, s), ("think", levels, think), ("length", levels, lengths))
-            for x, y in vision.accuracy_by(labels[: len(values)], values).items()},
-            "greedy_accuracy": float(np.mean(v.scores)), "sampled_accuracy": float(np.mean(s)),
-            "think_rate": float(np.mean(think)), "length": float(np.mean(lengths)),
+        ex, level = study.held_out, lambda x: f"L{x.meta.level}"
+        acc, (texts, lengths, v) = study.labelled_accuracy(runner, params, ex,
+                                                           lambda x: x.meta.ability, level)
+        levels, think = [level(x) for x in ex], v.components["thinking"]
+        return {**acc, **{f"{k}_{x}": y for k, values in (("think", think), ("length", lengths))
+                          for x, y in vision.accuracy_by(levels, values).items()},
+                "think_rate": float(np.mean(think)), "length": float(np.mean(lengths)),
             "examples": [{"prompt": x.prompt, "completion": t}
                          for x, t in zip(ex[:11], texts, strict=False)]}
 

@@ -66,6 +66,7 @@ from jaxrl_suite.core.train import NonFiniteError
 from jaxrl_suite.envs.text import TASKS, Example, Task
 from jaxrl_suite.envs.text.tfds_tasks import DatasetTask
 from jaxrl_suite.envs.text.tokenizer import Tokenizer, load_tokenizer
+from jaxrl_suite.envs.vision import accuracy_by
 from jaxrl_suite.models import CausalLM, LMConfig, VisionLM, VLMConfig
 from jaxrl_suite.models.hf import (
     HFCheckpointError,
@@ -763,6 +764,33 @@ class LMStudy(Study):
             params, examples[: e.sampled_examples], n=1, ks=(1,),
             temperature=self.cfg.grpo.temperature, batch_size=e.batch_size,
             rng=self.sampled_key)["pass@1"]
+
+    def labelled_accuracy(self, trainer, params, examples: Sequence[Example],
+                          *labels: Callable[[Example], Any], sampled: bool = True):
+        """Accuracy on `examples` overall and per label, scored by the trainer's task: greedy
+        (`greedy_accuracy`, `acc_<label>`) and, with `sampled`, one sample at grpo.temperature
+        with `sampled_key` on the first eval.sampled_examples (`sampled_accuracy`,
+        `sampled_<label>`), in eval.batch_size batches. Each of `labels` maps an example to its
+        label (a question family, a level). Returns (the figures, (greedy texts, their lengths,
+        their Verdicts)), the latter for an experiment's own statistics."""
+        e = self.cfg.eval
+        texts, lengths = trainer.complete(params, examples, batch_size=e.batch_size)
+        verdicts = trainer.task.verify_batch(texts, examples)
+        runs = [("acc_", "greedy_accuracy", examples, verdicts.scores)]
+        if sampled:
+            some = examples[: e.sampled_examples]
+            drawn, _ = trainer.complete(params, some, batch_size=e.batch_size,
+                                        rng=self.sampled_key,
+                                        temperature=self.cfg.grpo.temperature)
+            runs.append(("sampled_", "sampled_accuracy", some,
+                         trainer.task.verify_batch(drawn, some).scores))
+        out = {}
+        for prefix, total, ex, scores in runs:
+            out[total] = float(np.mean(scores))
+            for label in labels:
+                out.update({prefix + k: x for k, x in accuracy_by([label(x) for x in ex],
+                                                                  scores).items()})
+        return out, (texts, lengths, verdicts)
 
 
     @staticmethod

@@ -65,3 +65,41 @@ def test_a_model_too_big_for_memory_is_one_line_before_any_allocation():
     with pytest.raises(ConfigError, match=r"params: training needs at least [\d,.]+ GiB") as e:
         check_memory(huge, mesh)
     assert "\n" not in str(e.value) and "run.mesh.fsdp" in str(e.value)
+
+
+def test_labelled_accuracy_by_hand(tmp_path):
+    """Greedy and sampled accuracy, overall and per label, on a stub trainer whose completions
+    are scripted: greedy right on even rows, sampled right on rows 0 and 3 (4 sampled rows)."""
+    from types import SimpleNamespace
+
+    import jax
+    import numpy as np
+
+    cfg = dataclasses.replace(Config(), model=TINY)
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sampled_examples=4))
+    study = LMStudy("s", cfg, RunOptions(out_dir=tmp_path, progress=False), variants=("a",))
+    rows = [SimpleNamespace(i=i, kind="ab"[i % 2], level=i // 3) for i in range(6)]
+
+    def complete(params, examples, *, batch_size, rng=None, temperature=None):
+        if rng is None:
+            right = [e.i % 2 == 0 for e in examples]
+        else:
+            assert temperature == cfg.grpo.temperature
+            np.testing.assert_array_equal(jax.random.key_data(rng),
+                                          jax.random.key_data(study.sampled_key))
+            right = [e.i in (0, 3) for e in examples]
+        return ["yes" if r else "no" for r in right], np.full(len(examples), 3)
+
+    task = SimpleNamespace(verify_batch=lambda texts, ex: SimpleNamespace(
+        scores=[float(t == "yes") for t in texts]))
+    out, (texts, lengths, v) = study.labelled_accuracy(
+        SimpleNamespace(complete=complete, task=task), None, rows, lambda e: e.kind,
+        lambda e: f"L{e.level}")
+    # greedy: rows 0, 2, 4 right (all the a's); sampled: rows 0..3, of which 0 (a) and 3 (b)
+    assert out == {"greedy_accuracy": 0.5, "acc_a": 1.0, "acc_b": 0.0, "acc_L0": 2 / 3,
+                   "acc_L1": 1 / 3, "sampled_accuracy": 0.5, "sampled_a": 0.5,
+                   "sampled_b": 0.5, "sampled_L0": 1 / 3, "sampled_L1": 1.0}
+    assert texts == ["yes", "no"] * 3 and v.scores == [1.0, 0.0] * 3 and len(lengths) == 6
+    greedy, _ = study.labelled_accuracy(SimpleNamespace(complete=complete, task=task), None,
+                                        rows, sampled=False)
+    assert greedy == {"greedy_accuracy": 0.5}
