@@ -7,7 +7,7 @@ detection finds them where raw frame change does not (drift, flicker); KF-GRPO's
 saliency-weighted reward makes the model use frame content and temporal order (beats GRPO on
 order questions, widens the order gap). The 7B-vs-72B claim is not testable here.
 
-    jaxrl-suite run chronoforge_keyframes           # full size (about 90 min on 2 cores)
+    jaxrl-suite run chronoforge_keyframes           # full size (about 50 min on 2 cores)
     jaxrl-suite run chronoforge_keyframes --smoke   # seconds (the tests); --resume goes on
 """
 
