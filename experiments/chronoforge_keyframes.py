@@ -88,6 +88,9 @@ class Config:
         core.check_fields(self)  # k, all_prompt_len
         if self.task.name != "video_qa":
             raise ValueError(f"task.name must be 'video_qa', got {self.task.name!r}")
+        if self.variants.start_every and self.sft.stop_accuracy is not None:
+            raise ValueError("sft.stop_accuracy and variants.start_every are two SFT stopping "
+                             "rules; set one of them")
         if self.eval.num_examples % 4 or (self.eval.sampled_examples or 0) % 4:
             raise ValueError("eval.num_examples and eval.sampled_examples must be multiples of 4")
 
@@ -107,13 +110,10 @@ def run(cfg: Config, opts: RunOptions) -> dict:
         """START_RULE on variants.check_examples training questions from index `first`."""
         check = {s: study.group_check(runner.with_task(tasks[s]), params, tasks[s].examples(
             "train", first, cfg.variants.check_examples)) for s in START_RULE["on"]}
-        lo, hi = START_RULE["accuracy_band"]
         reads = check["oracle"]["sampled_accuracy"] - check["uniform"]["sampled_accuracy"]
         return {"training": check["tad"], "training_by_frames": check, "reads_events": reads,
-                "start_passes": bool(
-                    check["tad"]["nondegenerate_share"] >= START_RULE["min_nondegenerate"]
-                    and lo <= check["tad"]["sampled_accuracy"] <= hi
-                    and reads >= START_RULE["min_reads_events"])}
+                "start_passes": study.passes_start_rule(check["tad"], START_RULE)
+                and reads >= START_RULE["min_reads_events"]}
 
     def until_start(n: int, state) -> dict:  # the SFT's stopping check (variants.start_every)
         if n % cfg.variants.start_every:

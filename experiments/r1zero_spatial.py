@@ -73,8 +73,9 @@ class PretrainConfig:
         check_fields(self, "pretrain.")
 
     def passes(self, c: dict) -> bool:  # a group_check passes the start rule (null: accuracy any)
-        return (c["sampled_accuracy"] >= (self.stop_accuracy or 0.0)
-                and c["nondegenerate_share"] >= self.min_nondegenerate)
+        return kit.LMStudy.passes_start_rule(c, {
+            "accuracy_band": (self.stop_accuracy or 0.0, 1.0),
+            "min_nondegenerate": self.min_nondegenerate})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -141,12 +141,11 @@ def run(cfg: Config, opts: RunOptions) -> dict:
     e1, start, e2, stats2 = core.Study(NAME, opts, mixes, cfg.run.seeds), None, [], {}
     results = e1.run(lambda mix, seed, _: timed(time.perf_counter(), sft_mix(mix, seed)), fmt=fmt)
     if names:  # (2) E2 from the base, after the start rule
-        def check(lo_hi=START_RULE["accuracy_band"]) -> dict:  # the start rule, before any RL
+        def check() -> dict:  # the start rule, before any RL
             r = study.group_check(runner, params, general.examples(
                 "train", VALIDATION_START, cfg.variants.check_examples))
-            return {"training": r, "rule": START_RULE, "start_passes": r["nondegenerate_share"]
-                    >= START_RULE["min_nondegenerate"] and lo_hi[0] <= r["sampled_accuracy"]
-                    <= lo_hi[1], **evaluate(params)}
+            return {"training": r, "rule": START_RULE,
+                    "start_passes": study.passes_start_rule(r, START_RULE), **evaluate(params)}
 
         start = study.cached(opts.out_dir / "start_check.json", check)
         seen = core.format_numbers({**start["training"], **{k: start[k] for k in ACC[-4:]}})

@@ -754,6 +754,15 @@ class LMStudy(Study):
                 "mean_reward": float(rewards.mean()),
                 "nondegenerate_share": float((rewards.std(axis=1) > 0).mean())}
 
+    @staticmethod
+    def passes_start_rule(check: Mapping[str, float], rule: Mapping[str, Any]) -> bool:
+        """Whether a `group_check` passes an RL start's rule: sampled accuracy within
+        rule["accuracy_band"] (lo, hi; inclusive) and a share of non-degenerate groups of at
+        least rule["min_nondegenerate"]."""
+        lo, hi = rule["accuracy_band"]
+        return bool(lo <= check["sampled_accuracy"] <= hi
+                    and check["nondegenerate_share"] >= rule["min_nondegenerate"])
+
     def sampled_accuracy(self, trainer, params, examples=None) -> float:
         """pass@1 of one sample per prompt at the training temperature (grpo.temperature) on
         the first eval.sampled_examples of `examples` (default the held-out prompts), in

@@ -134,6 +134,7 @@ def test_verdicts_on_synthetic_numbers():
     ("eval.num_examples=10", "multiples of 4"),
     ("kf_grpo.views=[shuffled,reversed]", "kf_grpo.views"),
     ("task.prompt_len=40", "'task.prompt_len'"),
+    ("sft.stop_accuracy=0.5", "two SFT stopping rules"),  # the smoke sets variants.start_every
 ])
 def test_bad_config_is_one_line_exit_2(override, message, tmp_path, capsys, smoke):
     # `smoke` registers the experiment where the installed entry points predate it

@@ -103,3 +103,12 @@ def test_labelled_accuracy_by_hand(tmp_path):
     greedy, _ = study.labelled_accuracy(SimpleNamespace(complete=complete, task=task), None,
                                         rows, sampled=False)
     assert greedy == {"greedy_accuracy": 0.5}
+
+
+@pytest.mark.parametrize("accuracy, share, passes", [
+    (0.05, 0.25, True), (0.95, 1.0, True),  # both edges are inside
+    (0.04, 0.5, False), (0.96, 0.5, False), (0.5, 0.24, False)])
+def test_passes_start_rule_by_hand(accuracy, share, passes):
+    rule = {"accuracy_band": (0.05, 0.95), "min_nondegenerate": 0.25}
+    check = {"sampled_accuracy": accuracy, "nondegenerate_share": share, "mean_reward": 0.0}
+    assert LMStudy.passes_start_rule(check, rule) is passes
